@@ -1,0 +1,50 @@
+"""Accept the user's arrays: NumPy (copied to the GPU), Numba device arrays, and anything exposing the CUDA
+Array Interface (CuPy arrays, PyTorch CUDA tensors)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+
+def is_host(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def to_device(x: Any, name: str):
+    """A Numba device array viewing (or holding a copy of) ``x``."""
+    if isinstance(x, np.ndarray):
+        return cuda.to_device(np.ascontiguousarray(x) if not (x.flags.c_contiguous or x.flags.f_contiguous) else x)
+    if cuda.is_cuda_array(x):
+        return cuda.as_cuda_array(x)
+    raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
+                    f"tensor); got {type(x).__name__}")
+
+
+def check_dtype(d, name: str, dtype: str) -> None:
+    if np.dtype(d.dtype) != np.dtype(dtype):
+        raise TypeError(f"{name} has dtype {np.dtype(d.dtype).name}; this kernel was built for {dtype} "
+                        f"(convert the input or build the kernel with dtype={np.dtype(d.dtype).name!r})")
+
+
+def device_pointer(d) -> int:
+    interface = getattr(d, "__cuda_array_interface__", None) or d.__array_interface__  # the latter: simulator
+    return interface["data"][0]
+
+
+def is_c_contiguous(d) -> bool:
+    return d.size <= 1 or d.is_c_contiguous()
+
+
+def is_f_contiguous(d) -> bool:
+    return d.size <= 1 or d.is_f_contiguous()
+
+
+def flat(d):
+    """A 1-D view of a C-contiguous device array."""
+    return d.reshape(d.size)
+
+
+def aligned(d, width: int) -> bool:
+    return device_pointer(d) % (width * np.dtype(d.dtype).itemsize) == 0

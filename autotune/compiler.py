@@ -1,0 +1,97 @@
+"""Turn rendered source into a loaded module, and report what the real compiler makes of a kernel.
+
+Generated source is written to a file named by the hash of its content and imported from there, which is
+what lets Numba's on-disk cache (``cache=True``) work: a second process finds the compiled kernel instead of
+compiling again. Files are never rewritten in place.
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+DEFAULT_CC = (9, 0)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
+    return Path(root)
+
+
+def source_path(source: str) -> Path:
+    digest = hashlib.sha256(source.encode()).hexdigest()[:24]
+    return cache_dir() / "kernels" / f"k_{digest}.py"
+
+
+def load_source(source: str) -> ModuleType:
+    """Import generated source as a module (one per distinct source text, shared across processes)."""
+    path = source_path(source)
+    name = f"autotune_generated_{path.stem}"
+    if name in sys.modules:
+        return sys.modules[name]
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            f.write(source)
+        os.replace(tmp, path)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    sys.modules[name] = module
+    return module
+
+
+@dataclass(frozen=True)
+class ResourceReport:
+    """What ptxas reports for one kernel on one architecture."""
+
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    stack_bytes: int
+    shared_bytes: int
+    cc: tuple[int, int]
+
+    @property
+    def spills(self) -> bool:
+        return self.spill_stores > 0 or self.spill_loads > 0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["cc"] = f"{self.cc[0]}.{self.cc[1]}"
+        return d
+
+
+def _number(pattern: str, text: str) -> int:
+    match = re.search(pattern, text)
+    if not match:
+        raise RuntimeError(f"compiler report lacks {pattern!r}:\n{text}")
+    return int(match.group(1))
+
+
+def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
+    """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+    from numba import cuda
+
+    options = getattr(dispatcher, "targetoptions", {})
+    ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc, launch_bounds=options.get("launch_bounds"))
+    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=f"sm_{cc[0]}{cc[1]}", verbose=True))
+    linker.link("cubin")
+    log = linker.get_info_log()
+    return ResourceReport(
+        registers=_number(r"[Uu]sed (\d+) registers", log),
+        spill_stores=_number(r"(\d+) bytes spill stores", log),
+        spill_loads=_number(r"(\d+) bytes spill loads", log),
+        stack_bytes=_number(r"(\d+) bytes stack frame", log),
+        shared_bytes=_number(r"(\d+) bytes smem", log),
+        cc=cc,
+    )

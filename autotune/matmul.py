@@ -1,0 +1,166 @@
+"""The matmul family: C = A @ B for float32/float64, with A and/or B optionally stored transposed.
+
+``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
+transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt".
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from . import arrays
+from .constraints import matmul_threads
+
+LAYOUTS = ("nn", "tn", "nt", "tt")
+INT32_MAX = 2**31 - 1
+
+
+def family_args(layout: str = "nn") -> dict[str, Any]:
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r} is not one of {', '.join(LAYOUTS)}")
+    return {"layout": layout}
+
+
+def _vector_width(vec: int, extent: int) -> int:
+    """Widest access of at most ``vec`` elements that divides ``extent``."""
+    return next(w for w in (4, 2, 1) if w <= vec and extent % w == 0)
+
+
+def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str, Any], simulator: bool) -> dict:
+    layout = family["layout"]
+    ctx: dict[str, Any] = {**params, "dtype": dtype, "SIM": simulator, "TRANS_A": layout[0] == "t",
+                           "TRANS_B": layout[1] == "t",
+                           "description": f"matmul {layout} {dtype} {dict(params)}"}
+    if params["strategy"] == "tiled":
+        threads = matmul_threads(params)
+        vec = params["VEC"]
+        ctx.update(
+            THREADS=threads,
+            STAGES=2 if params["PREFETCH"] else 1,
+            LOADS_A=params["BM"] * params["BK"] // (threads * vec),
+            LOADS_B=params["BK"] * params["BN"] // (threads * vec),
+            VA=_vector_width(vec, params["TM"]) if params["A_SMEM"] == "kmajor" else 1,
+            VB=_vector_width(vec, params["TN"]),
+            VC=_vector_width(vec, params["TN"]),
+        )
+    return ctx
+
+
+def index_type(params: Mapping[str, Any]) -> str:
+    return "int32" if params.get("INDEX_BITS") == 32 else "int64"
+
+
+def signature(params: Mapping[str, Any], dtype: str) -> str:
+    it = index_type(params)
+    return f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {', '.join([it] * 7)}, boolean)"
+
+
+class MatmulKernel:
+    """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts."""
+
+    kind = "matmul"
+
+    def __init__(self, module, params: Mapping[str, Any], dtype: str, family: Mapping[str, Any], source: str):
+        self.module = module
+        self.params = dict(params)
+        self.dtype = dtype
+        self.family = dict(family)
+        self.layout = family["layout"]
+        self.source = source
+        self.kernel = module.matmul
+        self._launches: dict[tuple[int, int, int], tuple] = {}
+        self._int = np.int32 if index_type(params) == "int32" else np.int64
+
+    def __repr__(self) -> str:
+        return f"<MatmulKernel {self.dtype} layout={self.layout} {self.params}>"
+
+    @property
+    def signature(self) -> str:
+        return signature(self.params, self.dtype)
+
+    def flops(self, M: int, N: int, K: int) -> float:
+        return 2.0 * M * N * K
+
+    def _operand(self, x, name: str, transposed: bool):
+        d = arrays.to_device(x, name)
+        arrays.check_dtype(d, name, self.dtype)
+        if d.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(d.shape)}")
+        if transposed:
+            if not arrays.is_f_contiguous(d):
+                raise ValueError(f"layout {self.layout!r} wants {name} as the transpose of a C-contiguous array "
+                                 f"(pass X.T); got strides {d.strides}")
+            return d, arrays.flat(d.T), d.shape[0]
+        if not arrays.is_c_contiguous(d):
+            hint = " (it is a transposed view: build with a 't' layout)" if arrays.is_f_contiguous(d) else ""
+            raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
+        return d, arrays.flat(d), d.shape[1]
+
+    def _launch_config(self, M: int, N: int, K: int):
+        key = (M, N, K)
+        if key not in self._launches:
+            p = self.params
+            if p["strategy"] == "naive":
+                grid, block, k_chunk = ((M + 15) // 16, (N + 15) // 16), (16, 16), K
+            elif p["strategy"] == "shared16":
+                grid, block, k_chunk = ((N + 15) // 16, (M + 15) // 16), (16, 16), K
+            else:
+                per_split = -(-K // p["SPLIT_K"])
+                k_chunk = -(-per_split // p["BK"]) * p["BK"]
+                blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
+            self._launches[key] = (self.kernel[grid, block], k_chunk, grid)
+        return self._launches[key]
+
+    def __call__(self, A, B, out=None):
+        dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
+        dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
+        (M, K), (K2, N) = dA.shape, dB.shape
+        if K != K2:
+            raise ValueError(f"shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align for A @ B (K {K} != {K2})")
+        if min(M, N, K) == 0:
+            raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
+        C = self._output(out, M, N)
+        self.launch(a_flat, b_flat, arrays.flat(C), M, N, K, lda, ldb)
+        if out is None and arrays.is_host(A) and arrays.is_host(B):
+            return C.copy_to_host()
+        return out if out is not None else C
+
+    def _output(self, out, M: int, N: int):
+        from numba import cuda
+
+        if out is None:
+            return cuda.device_array((M, N), dtype=self.dtype)
+        if arrays.is_host(out):
+            raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+        C = arrays.to_device(out, "out")
+        arrays.check_dtype(C, "out", self.dtype)
+        if tuple(C.shape) != (M, N) or not arrays.is_c_contiguous(C):
+            raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
+        return C
+
+    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path)."""
+        p = self.params
+        if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
+            raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
+                             "use INDEX_BITS=64")
+        configured, k_chunk, grid = self._launch_config(M, N, K)
+        vec = p.get("VEC", 1)
+        vec_ok = bool(all(arrays.aligned(x, vec) for x in (a_flat, b_flat, c_flat))
+                      and lda % vec == 0 and ldb % vec == 0 and N % vec == 0)
+        if p.get("SPLIT_K", 1) > 1 and grid[1] > 1:
+            fill(self.module, c_flat, 0)
+        i = self._int
+        configured(a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk), vec_ok)
+
+
+def fill(module, d, value) -> None:
+    """Set every element of a flat device array with the module's fill kernel (no host round trip)."""
+    threads = 256
+    module.fill[max(1, -(-d.size // threads)), threads](d, d.dtype.type(value))
+
+
+def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    return A.astype(np.float64) @ B.astype(np.float64)

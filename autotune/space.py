@@ -1,0 +1,260 @@
+"""Search spaces: load a YAML file safely, validate configurations against it, sample from it.
+
+A configuration reaches a template only through ``SearchSpace.validate``: every value must be one the
+space allows (an ``int`` for integer parameters, one of the listed names for the others) and every
+constraint must hold. The rendered source is executed, so this is the one gate between user input and code.
+"""
+from __future__ import annotations
+
+import random
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+import yaml
+
+from .constraints import HARDWARE_LIMITS, PREDICATES, Context
+from .resources import search_space_path
+
+KERNELS = ("matmul", "reduce")
+DTYPES = ("float32", "float64")
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+class SpaceError(ValueError):
+    """A search-space file is malformed."""
+
+
+@dataclass(frozen=True)
+class Param:
+    name: str
+    values: tuple
+    default: Any
+    when: Mapping[str, tuple] = field(default_factory=dict)
+    doc: str = ""
+
+    def applies(self, context: Mapping[str, Any]) -> bool:
+        return all(context.get(key) in allowed for key, allowed in self.when.items())
+
+    def check(self, value: Any) -> None:
+        kind = type(self.values[0])
+        if type(value) is not kind or value not in self.values:
+            allowed = ", ".join(map(str, self.values))
+            raise ValueError(f"parameter {self.name}={value!r} is not allowed; allowed values: {allowed}")
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    kernel: str
+    params: Mapping[str, Param]
+    constraints: tuple[Mapping[str, Any], ...]
+    path: str
+
+    # -- which parameters apply -------------------------------------------------------------------
+    def active(self, partial: Mapping[str, Any], family: Mapping[str, Any]) -> list[Param]:
+        """Parameters that apply given the values chosen so far, in file order (conditions look back only)."""
+        context = {**_family_context(family), **partial}
+        return [p for p in self.params.values() if p.applies(context)]
+
+    def defaults(self, family: Mapping[str, Any]) -> dict[str, Any]:
+        chosen: dict[str, Any] = {}
+        for p in self.params.values():
+            if p.applies({**_family_context(family), **chosen}):
+                chosen[p.name] = p.default
+        return chosen
+
+    # -- validation -------------------------------------------------------------------------------
+    def validate(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any] | None = None,
+                 fill_defaults: bool = True) -> dict[str, Any]:
+        """The configuration as checked, in file order; ValueError naming the parameter otherwise."""
+        family = family or {}
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype {dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
+        if not isinstance(params, Mapping):
+            raise ValueError(f"parameters must be a mapping of names to values, got {type(params).__name__}")
+        unknown = [k for k in params if k not in self.params]
+        if unknown:
+            raise ValueError(f"unknown parameter {unknown[0]!r} for {self.kernel}; known: {', '.join(self.params)}")
+        chosen: dict[str, Any] = {}
+        context = _family_context(family)
+        for p in self.params.values():
+            if not p.applies({**context, **chosen}):
+                if p.name in params:
+                    raise ValueError(f"parameter {p.name} does not apply here (it needs {_when_text(p.when)})")
+                continue
+            if p.name in params:
+                p.check(params[p.name])
+                chosen[p.name] = params[p.name]
+            elif fill_defaults:
+                chosen[p.name] = p.default
+            else:
+                raise ValueError(f"parameter {p.name} is missing")
+        problem = self.violation(chosen, dtype=dtype, family=family)
+        if problem:
+            raise ValueError(f"invalid {self.kernel} configuration: {problem}")
+        return chosen
+
+    def violation(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> str | None:
+        """The first constraint the (type-checked) configuration breaks, as a sentence, or None."""
+        ctx = Context(dtype=dtype, family=family)
+        for spec in (*self.constraints, *HARDWARE_LIMITS):
+            predicate, reads = PREDICATES[spec["name"]]
+            args = {k: v for k, v in spec.items() if k != "name"}
+            needed = reads | set(args.get("args", ()))
+            if not needed <= params.keys():
+                continue
+            message = predicate(params, ctx, **args)
+            if message:
+                return message
+        return None
+
+    # -- enumeration and sampling -----------------------------------------------------------------
+    def configurations(self, family: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """Every assignment of the applicable parameters (constraints not applied), in a fixed order."""
+        def extend(chosen: dict[str, Any], rest: list[Param]) -> Iterator[dict[str, Any]]:
+            if not rest:
+                yield dict(chosen)
+                return
+            head, tail = rest[0], rest[1:]
+            if not head.applies({**_family_context(family), **chosen}):
+                yield from extend(chosen, tail)
+                return
+            for value in head.values:
+                yield from extend({**chosen, head.name: value}, tail)
+        yield from extend({}, list(self.params.values()))
+
+    def covering_sample(self, *, dtype: str, family: Mapping[str, Any], seed: int = 0,
+                        tries: int = 20000) -> list[dict[str, Any]]:
+        """Valid configurations that together use every allowed value of every applicable parameter.
+
+        Greedy: random valid configurations are kept while they add an unseen (parameter, value) pair.
+        """
+        rng = random.Random(seed)
+        wanted = set()
+        for p in self.params.values():
+            for v in p.values:
+                wanted.add((p.name, v))
+        kept: list[dict[str, Any]] = []
+        for _ in range(tries):
+            if not wanted:
+                break
+            target = rng.choice(sorted(wanted, key=repr))
+            config = self._random_config(rng, family, pin=target)
+            if config is None or self.violation(config, dtype=dtype, family=family):
+                continue
+            new = {(k, v) for k, v in config.items()} & wanted
+            if new:
+                kept.append(config)
+                wanted -= new
+        unreachable = {(n, v) for n, v in wanted if self._reachable(n, family)}
+        if unreachable:
+            raise SpaceError(f"{self.path}: no valid configuration found using {sorted(unreachable, key=repr)}")
+        return kept
+
+    def _random_config(self, rng: random.Random, family, pin) -> dict[str, Any] | None:
+        chosen: dict[str, Any] = {}
+        for p in self.params.values():
+            if not p.applies({**_family_context(family), **chosen}):
+                if p.name == pin[0]:
+                    return None
+                continue
+            chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(p.values)
+        return chosen
+
+    def _reachable(self, name: str, family) -> bool:
+        """Whether the parameter can apply at all for these family arguments."""
+        family_keys = set(_family_context(family))
+        when = self.params[name].when
+        return all(key not in family_keys or _family_context(family)[key] in allowed for key, allowed in when.items())
+
+
+def _family_context(family: Mapping[str, Any]) -> dict[str, Any]:
+    context = dict(family)
+    if "axis" in context:
+        context["axis"] = "all" if context["axis"] is None else context["axis"]
+    return context
+
+
+def _when_text(when: Mapping[str, tuple]) -> str:
+    return " and ".join(f"{k} in {list(v)}" for k, v in when.items())
+
+
+# -- loading ----------------------------------------------------------------------------------------
+def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
+    """The kernel's search space, from ``path`` or the one shipped with the package."""
+    if kernel not in KERNELS:
+        raise ValueError(f"unknown kernel kind {kernel!r}; known: {', '.join(KERNELS)}")
+    builtin_path = search_space_path(kernel)
+    builtin = _parse_space(builtin_path, kernel, None)
+    if path is None:
+        return builtin
+    return _parse_space(Path(path), kernel, builtin)
+
+
+def _parse_space(path: Path, kernel: str, builtin: SearchSpace | None) -> SearchSpace:
+    where = str(path)
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SpaceError(f"{where}: cannot read search space: {exc}") from None
+    if not isinstance(data, dict) or data.get("kernel") != kernel or not isinstance(data.get("params"), dict):
+        raise SpaceError(f"{where}: expected a mapping with 'kernel: {kernel}' and a 'params' mapping")
+    params = {}
+    for name, spec in data["params"].items():
+        params[name] = _parse_param(where, name, spec, builtin)
+    constraints = tuple(_parse_constraint(where, i, c, params) for i, c in enumerate(data.get("constraints") or []))
+    if builtin is not None:
+        constraints = builtin.constraints + constraints
+    return SearchSpace(kernel=kernel, params=params, constraints=constraints, path=where)
+
+
+def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) -> Param:
+    here = f"{where}: parameter {name!r}"
+    if not isinstance(name, str) or not _NAME.fullmatch(name):
+        raise SpaceError(f"{here}: a parameter name must be an identifier")
+    if builtin is not None and name not in builtin.params:
+        raise SpaceError(f"{here}: not a parameter of the {builtin.kernel} templates; known: {', '.join(builtin.params)}")
+    if not isinstance(spec, dict) or not isinstance(spec.get("values"), list) or not spec["values"]:
+        raise SpaceError(f"{here}: needs a non-empty 'values' list")
+    values = tuple(spec["values"])
+    kinds = {type(v) for v in values}
+    if kinds == {int}:
+        if any(v < 0 for v in values):
+            raise SpaceError(f"{here}: values must be non-negative integers")
+    elif kinds == {str}:
+        bad = [v for v in values if not _NAME.fullmatch(v)]
+        if bad:
+            raise SpaceError(f"{here}: value {bad[0]!r} is not a plain name")
+    else:
+        raise SpaceError(f"{here}: values must be all integers or all names, got {sorted(k.__name__ for k in kinds)}")
+    if builtin is not None:
+        known = builtin.params[name].values
+        if kinds == {str} and not set(values) <= set(known):
+            raise SpaceError(f"{here}: values {sorted(set(values) - set(known))} are unknown; allowed: {list(known)}")
+    default = spec.get("default", values[0])
+    if default not in values or type(default) is not type(values[0]):
+        raise SpaceError(f"{here}: default {default!r} is not among its values")
+    when = spec.get("when") or {}
+    if not isinstance(when, dict):
+        raise SpaceError(f"{here}: 'when' must map names to lists of values")
+    when = {str(k): tuple(v if isinstance(v, list) else [v]) for k, v in when.items()}
+    return Param(name=name, values=values, default=default, when=when, doc=str(spec.get("doc", "")))
+
+
+def _parse_constraint(where: str, index: int, spec: Any, params: Mapping[str, Param]) -> dict[str, Any]:
+    here = f"{where}: constraint #{index + 1}"
+    if not isinstance(spec, dict) or spec.get("name") not in PREDICATES:
+        raise SpaceError(f"{here}: must be a mapping whose 'name' is one of {', '.join(PREDICATES)}")
+    for key, value in spec.items():
+        if key == "name":
+            continue
+        if key == "args":
+            if not isinstance(value, list) or not all(isinstance(a, str) and a in params for a in value):
+                raise SpaceError(f"{here}: 'args' must list parameter names of this space")
+        elif type(value) is not int:
+            raise SpaceError(f"{here}: argument {key!r} must be an integer")
+    return dict(spec)
+
+
+__all__ = ["SearchSpace", "Param", "SpaceError", "load_space", "KERNELS", "DTYPES"]
