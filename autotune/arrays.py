@@ -15,8 +15,12 @@ def is_host(x: Any) -> bool:
 def to_device(x: Any, name: str):
     """A Numba device array viewing (or holding a copy of) ``x``."""
     if isinstance(x, np.ndarray):
-        return cuda.to_device(np.ascontiguousarray(x) if not (x.flags.c_contiguous or x.flags.f_contiguous) else x)
-    if cuda.is_cuda_array(x):
+        if not (x.flags.c_contiguous or x.flags.f_contiguous):
+            x = np.ascontiguousarray(x)  # it is copied anyway; the GPU copy is contiguous
+        return cuda.to_device(x)
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return x
+    if hasattr(x, "__cuda_array_interface__"):
         return cuda.as_cuda_array(x)
     raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
                     f"tensor); got {type(x).__name__}")

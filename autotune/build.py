@@ -41,13 +41,15 @@ def render_source(kind: str, params: Mapping[str, Any], dtype: str = "float32", 
     return checked, family, source
 
 
-def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", **family_args):
+def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", *, space=None,
+                 **family_args):
     """The callable kernel object for one configuration (validated against the kernel's search space).
 
     ``build_kernel("matmul", {"BM": 128, ...})(A, B)``; ``build_kernel("reduce", {...}, op="max", axis=1)(x)``.
-    Missing parameters take the search space's defaults. Built kernels are cached in this process.
+    Missing parameters take the search space's defaults; ``space`` is a loaded ``SearchSpace`` to validate
+    against instead of the built-in one. Built kernels are cached in this process.
     """
-    checked, family, source = render_source(kind, params or {}, dtype, **family_args)
+    checked, family, source = render_source(kind, params or {}, dtype, space=space, **family_args)
     key = (kind, dtype, tuple(sorted(family.items(), key=str)), source)
     with _lock:
         if key not in _cache:

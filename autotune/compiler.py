@@ -64,6 +64,17 @@ class ResourceReport:
     def spills(self) -> bool:
         return self.spill_stores > 0 or self.spill_loads > 0
 
+    @classmethod
+    def from_dispatcher(cls, dispatcher, cc: tuple[int, int]) -> "ResourceReport":
+        """The report of a kernel compiled on the GPU machine (one compile, no second pass through ptxas).
+
+        The driver gives local memory per thread (stack frame plus spills) rather than the two apart; it is
+        reported as both, which errs towards flagging a spill."""
+        one = lambda d: next(iter(d.values())) if isinstance(d, dict) else d  # noqa: E731
+        local = int(one(dispatcher.get_local_mem_per_thread()))
+        return cls(registers=int(one(dispatcher.get_regs_per_thread())), spill_stores=local, spill_loads=local,
+                   stack_bytes=local, shared_bytes=int(one(dispatcher.get_shared_mem_per_block())), cc=cc)
+
     def as_dict(self) -> dict:
         d = asdict(self)
         d["cc"] = f"{self.cc[0]}.{self.cc[1]}"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from numba import config
 
 SIMULATOR_SM_COUNT = 2
+FP64_RATE_DIVISOR = {(6, 0): 2, (7, 0): 2, (8, 0): 2, (9, 0): 2}
 
 
 def simulator_active() -> bool:
@@ -19,6 +20,9 @@ class DeviceInfo:
     cc: tuple[int, int]
     sm_count: int
     l2_bytes: int
+    clock_khz: int = 0
+    memory_clock_khz: int = 0
+    bus_bits: int = 0
 
     @property
     def slug(self) -> str:
@@ -27,6 +31,23 @@ class DeviceInfo:
     @property
     def arch(self) -> str:
         return f"sm_{self.cc[0]}{self.cc[1]}"
+
+    def peak_tflops(self, dtype: str) -> float | None:
+        """CUDA-core peak: 128 fp32 lanes per SM, two flops per FMA, at the boost clock; fp64 at the
+        architecture's rate (half on the data-centre parts V100, A100, H100/H200; 1/64 elsewhere)."""
+        if not self.clock_khz:
+            return None
+        lanes = 128 if dtype == "float32" else 128 // FP64_RATE_DIVISOR.get(self.cc, 64)
+        return self.sm_count * lanes * 2 * self.clock_khz * 1e3 / 1e12
+
+    def peak_gbps(self) -> float | None:
+        """Datasheet memory bandwidth: double data rate over the bus width."""
+        if not self.memory_clock_khz:
+            return None
+        return 2 * self.memory_clock_khz * 1e3 * self.bus_bits / 8 / 1e9
+
+    def as_dict(self) -> dict:
+        return {"name": self.name, "cc": f"{self.cc[0]}.{self.cc[1]}", "sm_count": self.sm_count}
 
 
 def device_slug(name: str) -> str:
@@ -53,4 +74,5 @@ def current_device() -> DeviceInfo:
     dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     return DeviceInfo(name=name, cc=tuple(dev.compute_capability), sm_count=dev.MULTIPROCESSOR_COUNT,
-                      l2_bytes=dev.L2_CACHE_SIZE)
+                      l2_bytes=dev.L2_CACHE_SIZE, clock_khz=dev.CLOCK_RATE, memory_clock_khz=dev.MEMORY_CLOCK_RATE,
+                      bus_bits=dev.GLOBAL_MEMORY_BUS_WIDTH)

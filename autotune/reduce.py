@@ -136,7 +136,7 @@ class ReduceKernel:
         if self.axis == 1:
             configured(x_flat, y_flat, M, N, out, vec_ok)
         else:
-            if extra[1] > 1:
+            if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
                 fill(self.module, out, float(_host_identity(self.op)))
             configured(x_flat, y_flat, M, N, out, extra[0], vec_ok)
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import os
 from typing import Any, Mapping
 
 import jinja2
@@ -11,8 +12,10 @@ from .resources import templates_dir
 
 @functools.lru_cache(maxsize=1)
 def environment() -> jinja2.Environment:
+    """Templates from $AUTOTUNE_TEMPLATES first (a folder of your own, e.g. to test a variant), then ours."""
+    folders = [os.environ["AUTOTUNE_TEMPLATES"]] if os.environ.get("AUTOTUNE_TEMPLATES") else []
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        loader=jinja2.FileSystemLoader([*folders, str(templates_dir())]),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -35,5 +38,6 @@ def template_hash(kernel: str) -> str:
 
     digest = hashlib.sha256()
     for name in ("_common.j2", f"{kernel}.py.j2"):
-        digest.update((templates_dir() / name).read_bytes())
+        source, _, _ = environment().loader.get_source(environment(), name)
+        digest.update(source.encode())
     return digest.hexdigest()[:16]

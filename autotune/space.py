@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import random
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -56,6 +56,10 @@ class SearchSpace:
         """Parameters that apply given the values chosen so far, in file order (conditions look back only)."""
         context = {**_family_context(family), **partial}
         return [p for p in self.params.values() if p.applies(context)]
+
+    def applies(self, param: Param, chosen: Mapping[str, Any], family: Mapping[str, Any]) -> bool:
+        """Whether ``param`` applies given the values chosen so far and the family arguments."""
+        return param.applies({**_family_context(family), **chosen})
 
     def defaults(self, family: Mapping[str, Any]) -> dict[str, Any]:
         chosen: dict[str, Any] = {}
@@ -124,42 +128,49 @@ class SearchSpace:
                 yield from extend({**chosen, head.name: value}, tail)
         yield from extend({}, list(self.params.values()))
 
-    def covering_sample(self, *, dtype: str, family: Mapping[str, Any], seed: int = 0,
-                        tries: int = 20000) -> list[dict[str, Any]]:
+    def covering_sample(self, *, dtype: str, family: Mapping[str, Any], seed: int = 0, tries: int = 20000,
+                        cheap: Mapping[str, tuple] | None = None) -> tuple[list[dict[str, Any]], set[tuple[str, Any]]]:
         """Valid configurations that together use every allowed value of every applicable parameter.
 
         Greedy: random valid configurations are kept while they add an unseen (parameter, value) pair.
+        ``cheap`` narrows the values drawn for the parameters not being pinned (e.g. small blocks in the
+        simulator, where every thread is a Python thread); each value is still pinned once.
+        Returns the sample and the pairs no valid configuration was found for (e.g. VEC=4 in float64).
         """
         rng = random.Random(seed)
-        wanted = set()
-        for p in self.params.values():
-            for v in p.values:
-                wanted.add((p.name, v))
+        wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, family) for v in p.values}
         kept: list[dict[str, Any]] = []
         for _ in range(tries):
             if not wanted:
                 break
             target = rng.choice(sorted(wanted, key=repr))
-            config = self._random_config(rng, family, pin=target)
+            config = self._random_config(rng, family, pin=target, cheap=cheap or {})
             if config is None or self.violation(config, dtype=dtype, family=family):
                 continue
-            new = {(k, v) for k, v in config.items()} & wanted
+            new = set(config.items()) & wanted
             if new:
                 kept.append(config)
                 wanted -= new
-        unreachable = {(n, v) for n, v in wanted if self._reachable(n, family)}
-        if unreachable:
-            raise SpaceError(f"{self.path}: no valid configuration found using {sorted(unreachable, key=repr)}")
-        return kept
+        return kept, wanted
 
-    def _random_config(self, rng: random.Random, family, pin) -> dict[str, Any] | None:
+    def random_valid(self, rng: random.Random, *, dtype: str, family: Mapping[str, Any],
+                     tries: int = 100000) -> dict[str, Any] | None:
+        """A uniformly drawn configuration that satisfies every constraint (rejection sampling)."""
+        for _ in range(tries):
+            config = self._random_config(rng, family, pin=(None, None), cheap={})
+            if config is not None and not self.violation(config, dtype=dtype, family=family):
+                return config
+        return None
+
+    def _random_config(self, rng: random.Random, family, pin, cheap) -> dict[str, Any] | None:
         chosen: dict[str, Any] = {}
         for p in self.params.values():
             if not p.applies({**_family_context(family), **chosen}):
                 if p.name == pin[0]:
                     return None
                 continue
-            chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(p.values)
+            values = [v for v in p.values if v in cheap.get(p.name, p.values)] or p.values
+            chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(values)
         return chosen
 
     def _reachable(self, name: str, family) -> bool:
@@ -203,6 +214,8 @@ def _parse_space(path: Path, kernel: str, builtin: SearchSpace | None) -> Search
     params = {}
     for name, spec in data["params"].items():
         params[name] = _parse_param(where, name, spec, builtin)
+    if builtin is not None:  # a user's file narrows ours: parameters it leaves out stay at their defaults
+        params = {name: params.get(name) or replace(p, values=(p.default,)) for name, p in builtin.params.items()}
     constraints = tuple(_parse_constraint(where, i, c, params) for i, c in enumerate(data.get("constraints") or []))
     if builtin is not None:
         constraints = builtin.constraints + constraints

@@ -1,0 +1,100 @@
+"""Timing of GPU work: CUDA events around each run, warm-up first, L2 flushed before every run, medians.
+
+The method of Triton's ``do_bench``: estimate one run's time, then repeat for a time budget. Before each timed
+run a buffer twice the size of the L2 cache is overwritten outside the timed region, so every run reads its
+inputs from device memory as a real call would. In the CUDA simulator the same loop runs on the host clock
+and the result is flagged ``meaningful=False``.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from .device import current_device, simulator_active
+
+
+@dataclass(frozen=True)
+class Timing:
+    median_ms: float
+    p20_ms: float
+    p80_ms: float
+    reps: int
+    meaningful: bool = True
+
+    @property
+    def spread(self) -> float:
+        """Relative inter-quintile range: (p80 - p20) / median."""
+        return (self.p80_ms - self.p20_ms) / self.median_ms if self.median_ms > 0 else 0.0
+
+    def as_dict(self) -> dict:
+        return {"median_ms": round(self.median_ms, 6), "p20_ms": round(self.p20_ms, 6),
+                "p80_ms": round(self.p80_ms, 6), "reps": self.reps}
+
+    def faster_than(self, other: "Timing") -> bool:
+        """Faster by more than the noise: the medians differ by more than half the larger p20-p80 range.
+
+        The tuner keeps an earlier winner unless a later variant is faster in this sense, so ties within the
+        noise go to the configuration found first and winners are reproducible."""
+        margin = 0.5 * max(self.p80_ms - self.p20_ms, other.p80_ms - other.p20_ms)
+        return self.median_ms < other.median_ms - margin
+
+
+def quantile(values: list[float], q: float) -> float:
+    values = sorted(values)
+    pos = q * (len(values) - 1)
+    low = int(pos)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (pos - low)
+
+
+class L2Flusher:
+    """Overwrites a buffer twice the device's L2 size: what the next run reads comes from device memory."""
+
+    def __init__(self):
+        from numba import cuda
+
+        self.nbytes = 2 * current_device().l2_bytes
+        self.buffer = cuda.device_array(self.nbytes, dtype="uint8")
+
+    def __call__(self) -> None:
+        from numba.cuda.cudadrv.driver import device_memset
+
+        device_memset(self.buffer, 0, self.nbytes)
+
+
+def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, warmup_ms: float = 25.0,
+          rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 500) -> Timing:
+    """Median time of ``fn()`` in milliseconds, each run timed alone between two CUDA events."""
+    if simulator_active():
+        return _host_bench(fn, reps=1)
+    from numba import cuda
+
+    start, end = cuda.event(), cuda.event()
+
+    def timed() -> float:
+        if flush:
+            flush()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return cuda.event_elapsed_time(start, end)
+
+    first = [timed() for _ in range(3)]
+    estimate = max(statistics.median(first), 1e-3)
+    for _ in range(max(0, int(warmup_ms / estimate) - 3)):
+        timed()
+    reps = max(min_reps, min(max_reps, int(rep_ms / estimate)))
+    times = [timed() for _ in range(reps)]
+    return Timing(statistics.median(times), quantile(times, 0.2), quantile(times, 0.8), reps)
+
+
+def _host_bench(fn: Callable[[], None], reps: int) -> Timing:
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return Timing(statistics.median(times), quantile(times, 0.2), quantile(times, 0.8), reps, meaningful=False)

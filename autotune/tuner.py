@@ -1,0 +1,449 @@
+"""The search: an Optuna study per problem and device, fed by a compile pool and drained by GPU workers.
+
+    sample (Optuna) -> validate (search space) -> duplicate? -> compile (CPU pool) -> verify + time (GPU worker)
+
+A trial's outcome is always told to the study: COMPLETE with the median time, PRUNED when the configuration
+breaks a constraint or a device limit (no GPU time spent), FAIL with a reason when it does not compile,
+gives a wrong result, crashes or hangs its worker. Studies live in Optuna storage (a journal file by default),
+so a run that is killed resumes where it stopped: trials it left running are failed and queued again.
+
+Study parameters are indices into the search space's value lists for integer parameters (so TPE and CMA-ES
+see them as ordered) and the names themselves for the others; the user attribute ``config`` holds the values.
+"""
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import queue
+import random
+import socket
+import sys
+import threading
+import time
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import optuna
+from optuna.trial import TrialState
+
+from .device import DeviceInfo
+from .evaluate import compile_variant, job
+from .problem import Problem
+from .space import SearchSpace, load_space
+from .timing import Timing
+from .worker import Worker
+
+SAMPLERS = ("tpe", "random", "grid", "cmaes")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+MAX_REGISTERS_PER_BLOCK = 65536
+BASELINES = {
+    "matmul": {"strategy": "shared16"},
+    "reduce": {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"},
+}
+
+
+@dataclass
+class TuneConfig:
+    trials: int = 60
+    timeout_s: float | None = None
+    sampler: str = "tpe"
+    seed: int = 0
+    storage: str | None = None
+    state_dir: Path = Path("autotune-out")
+    devices: tuple[int, ...] = (0,)
+    space_path: str | None = None
+    compile_workers: int = max(1, min(8, (os.cpu_count() or 2) - 1))
+    job_timeout_s: float = 90.0
+    baseline: bool = True
+
+
+@dataclass
+class TuneResult:
+    problem: Problem
+    study_name: str
+    best: dict[str, Any] | None
+    timing: dict[str, Any] | None
+    rate: float | None
+    resources: dict[str, Any] | None
+    baseline: dict[str, Any] | None
+    measured: int
+    failed: int
+    pruned: int
+    per_minute: float
+    meaningful: bool = True
+    failures: list[str] = field(default_factory=list)
+
+
+def study_name(problem: Problem, device: DeviceInfo) -> str:
+    return f"{problem.key}@{device.slug}"
+
+
+def open_storage(config: TuneConfig, device: DeviceInfo):
+    """The study storage: ``--storage URL`` (e.g. PostgreSQL), else a journal file per device."""
+    if config.storage:
+        return config.storage
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    path = Path(config.state_dir) / "studies" / f"{device.slug}.journal"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+    if name == "tpe":
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
+                                              n_startup_trials=10)
+    if name == "random" or name == "grid":  # grid: configurations are enqueued in order (see _grid)
+        return optuna.samplers.RandomSampler(seed=seed)
+    if name == "cmaes":
+        return optuna.samplers.CmaEsSampler(seed=seed)
+    raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
+
+
+def config_key(config: dict[str, Any]) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
+def study_params(space: SearchSpace, config: dict[str, Any]) -> dict[str, Any]:
+    """The Optuna parameters that stand for a configuration (indices for integers)."""
+    out = {}
+    for name, value in config.items():
+        values = space.params[name].values
+        out[name] = values.index(value) if isinstance(values[0], int) else value
+    return out
+
+
+def suggest(trial: optuna.Trial, space: SearchSpace, family: dict[str, Any]) -> dict[str, Any]:
+    """A configuration sampled parameter by parameter; conditional ones only where they apply."""
+    chosen: dict[str, Any] = {}
+    for param in space.params.values():
+        if not space.applies(param, chosen, family):
+            continue
+        if isinstance(param.values[0], int):
+            chosen[param.name] = param.values[trial.suggest_int(param.name, 0, len(param.values) - 1)]
+        else:
+            chosen[param.name] = trial.suggest_categorical(param.name, list(param.values))
+    return chosen
+
+
+class Tuner:
+    """Tunes one problem on one or more GPUs of one model into one study."""
+
+    def __init__(self, problem: Problem, config: TuneConfig, device: DeviceInfo,
+                 report: Callable[[str], None] | None = None):
+        self.problem = problem
+        self.config = config
+        self.device = device
+        self.space = load_space(problem.kind, config.space_path)
+        self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.name = study_name(problem, device)
+        self.study = optuna.create_study(storage=open_storage(config, device), study_name=self.name,
+                                         sampler=make_sampler(config.sampler, config.seed),
+                                         direction="minimize", load_if_exists=True)
+        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self._lock = threading.Lock()
+        self._seen: dict[str, int] = {}
+        self._in_flight = 0
+        self._grid: Iterator[dict[str, Any]] | None = None
+        self._rng = random.Random(config.seed)
+
+    # -- bookkeeping over the study -------------------------------------------------------------
+    def _counts(self) -> tuple[int, int, int]:
+        trials = self.study.get_trials(deepcopy=False)
+        measured = sum(t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs for t in trials)
+        failed = sum(t.state == TrialState.FAIL and "stage" in t.user_attrs for t in trials)
+        pruned = sum(t.state == TrialState.PRUNED for t in trials)
+        return measured, failed, pruned
+
+    def recover_interrupted(self) -> int:
+        """Fail and re-queue the trials a killed run of this host left RUNNING; returns how many."""
+        host = socket.gethostname()
+        count = 0
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            owner = str(t.user_attrs.get("owner", ""))
+            owner_host, _, pid = owner.rpartition(":")
+            if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+                continue
+            self.study.tell(t.number, state=TrialState.FAIL)  # no "stage": neither measured nor a failure
+            self.study.enqueue_trial(t.params, skip_if_exists=False)
+            count += 1
+        return count
+
+    def _index_seen(self) -> None:
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
+            if "config" in t.user_attrs and "stage" in t.user_attrs:
+                self._seen.setdefault(config_key(t.user_attrs["config"]), t.number)
+
+    # -- sampling -------------------------------------------------------------------------------------
+    def _ask(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
+        """The next trial that needs compiling and measuring (invalid and repeated ones are told here).
+
+        Every sampler proposal is told to the study, so the sampler learns which regions are invalid or done.
+        After three rejected proposals in a row, a random valid configuration not yet measured is enqueued, so
+        a sampler that keeps proposing the same point cannot stall the search.
+        """
+        rejected = 0
+        for _ in range(500):
+            with self._lock:
+                if self.config.sampler == "grid":
+                    self._enqueue_next_grid_point()
+                elif rejected and rejected % 3 == 0 and not self._enqueue_random_unseen():
+                    return None
+                trial = self.study.ask()
+                trial.set_user_attr("owner", self.owner)
+                config = suggest(trial, self.space, self.problem.family)
+                trial.set_user_attr("config", config)
+                problem = self._prune_reason(config)
+                if problem:
+                    trial.set_user_attr("reason", problem)
+                    self.study.tell(trial, state=TrialState.PRUNED)
+                    rejected += 1
+                    continue
+                earlier = self._seen.get(config_key(config))
+                if earlier is not None:
+                    self._repeat(trial, earlier)
+                    rejected += 1
+                    continue
+                self._seen[config_key(config)] = trial.number
+                return trial, config
+        return None
+
+    def _enqueue_random_unseen(self) -> bool:
+        for _ in range(1000):
+            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, family=self.problem.family)
+            if config is None:
+                return False
+            if config_key(config) not in self._seen:
+                self.study.enqueue_trial(study_params(self.space, config))
+                return True
+        return False
+
+    def _prune_reason(self, config: dict[str, Any]) -> str | None:
+        try:
+            self.space.validate(config, dtype=self.problem.dtype, family=self.problem.family, fill_defaults=False)
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    def _repeat(self, trial: optuna.Trial, earlier: int) -> None:
+        """A configuration measured before: answered from the study, not run again."""
+        before = self.study.trials[earlier]
+        trial.set_user_attr("duplicate_of", earlier)
+        if before.state == TrialState.COMPLETE:
+            self.study.tell(trial, before.value)
+        else:
+            trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
+            self.study.tell(trial, state=TrialState.FAIL)
+
+    def _enqueue_next_grid_point(self) -> None:
+        if self._grid is None:
+            self._grid = iter(self.space.configurations(self.problem.family))
+        for config in self._grid:
+            if config_key(config) in self._seen or self._prune_reason(config):
+                continue
+            self.study.enqueue_trial(study_params(self.space, config))
+            return
+
+    # -- the pipeline --------------------------------------------------------------------------------
+    def run(self) -> TuneResult:
+        cfg = self.config
+        recovered = self.recover_interrupted()
+        if recovered:
+            self.report(f"resumed: {recovered} interrupted trial(s) queued again")
+        self._index_seen()
+        start = time.monotonic()
+        measured_before, _, _ = self._counts()
+        deadline = start + cfg.timeout_s if cfg.timeout_s else None
+        compiled: queue.Queue = queue.Queue(maxsize=cfg.compile_workers + len(cfg.devices))
+        workers = [Worker(device=d, timeout_s=cfg.job_timeout_s) for d in cfg.devices]
+        baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
+        with cf.ProcessPoolExecutor(max_workers=cfg.compile_workers, mp_context=mp.get_context("spawn")) as pool:
+            threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
+            for t in threads:
+                t.start()
+            try:
+                self._feed(pool, compiled, deadline)
+            finally:
+                for _ in threads:
+                    compiled.put(None)
+                for t in threads:
+                    t.join()
+                for w in workers:
+                    w.close()
+        measured, _, _ = self._counts()
+        return self.result(baseline, time.monotonic() - start, measured - measured_before)
+
+    def _feed(self, pool, compiled: queue.Queue, deadline: float | None) -> None:
+        asks = 0
+        while True:
+            measured, failed, _ = self._counts()
+            with self._lock:
+                busy = self._in_flight
+            if measured + failed + busy >= self.config.trials:
+                if busy == 0:
+                    return
+                time.sleep(0.05)
+                continue
+            if deadline and time.monotonic() > deadline:
+                self.report("time limit reached; finishing the trials on the GPUs, queueing the rest for later")
+                self._requeue_waiting(compiled)
+                while True:
+                    with self._lock:
+                        if self._in_flight == 0:
+                            return
+                    time.sleep(0.05)
+            asked = self._ask()
+            asks += 1
+            if asked is None or asks > 50 * self.config.trials:
+                self.report("the search space is exhausted (every sample was invalid or seen already)")
+                while self._in_flight:
+                    time.sleep(0.05)
+                return
+            trial, config = asked
+            with self._lock:
+                self._in_flight += 1
+            the_job = job(self.problem, config, self.config.space_path)
+            compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
+
+    def _requeue_waiting(self, compiled: queue.Queue) -> None:
+        """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
+        measured nor as failures) and enqueued again, so the next run measures them first."""
+        while True:
+            try:
+                item = compiled.get_nowait()
+            except queue.Empty:
+                return
+            trial, config = item[0], item[1]
+            with self._lock:
+                self.study.tell(trial, state=TrialState.FAIL)
+                self.study.enqueue_trial(study_params(self.space, config))
+                self._seen.pop(config_key(config), None)
+                self._in_flight -= 1
+
+    def _gpu_loop(self, worker: Worker, compiled: queue.Queue) -> None:
+        while True:
+            item = compiled.get()
+            if item is None:
+                return
+            trial, config, the_job, future = item
+            try:
+                outcome = self._evaluate(worker, the_job, future)
+                with self._lock:
+                    self._tell(trial, outcome)
+            finally:
+                with self._lock:
+                    self._in_flight -= 1
+
+    def _evaluate(self, worker: Worker, the_job: dict, future) -> dict[str, Any]:
+        try:
+            built = future.result()
+        except Exception as exc:  # the compile process itself died
+            return {"ok": False, "stage": "compile", "reason": f"compile process failed: {exc}"}
+        if not built["ok"]:
+            return {**built, "stage": "compile"}
+        resources = built.get("resources")
+        if resources:
+            threads = _threads(self.problem.kind, the_job["params"])
+            if resources["registers"] * threads > MAX_REGISTERS_PER_BLOCK:
+                return {"ok": False, "stage": "pruned", "resources": resources,
+                        "reason": f"{resources['registers']} registers x {threads} threads exceed the "
+                                  f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor"}
+        measured = worker.run(the_job)
+        stage = "measured" if measured["ok"] else ("verify" if "wrong result" in measured["reason"] else "run")
+        return {**measured, "stage": stage, "resources": resources, "compile_s": built.get("compile_s")}
+
+    def _tell(self, trial: optuna.Trial, outcome: dict[str, Any]) -> None:
+        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits"):
+            if outcome.get(key) is not None:
+                trial.set_user_attr(key, outcome[key])
+        if outcome["ok"]:
+            self.study.tell(trial, outcome["timing"]["median_ms"])
+        elif outcome["stage"] == "pruned":
+            self.study.tell(trial, state=TrialState.PRUNED)
+        else:
+            self.study.tell(trial, state=TrialState.FAIL)
+        self._progress(trial.number, outcome)
+
+    def _progress(self, number: int, outcome: dict[str, Any]) -> None:
+        measured, failed, _ = self._counts()
+        best = self.best_trial()
+        best_text = f"best {best.user_attrs['timing']['median_ms']:.4g} ms (#{best.number})" if best else "best -"
+        bar = _bar(measured + failed, self.config.trials)
+        if outcome["ok"]:
+            what = f"{outcome['timing']['median_ms']:.4g} ms {outcome['rate']:.4g} {self.problem.unit}"
+        else:
+            what = f"{outcome['stage']}: {outcome['reason'][:100]}"
+        self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
+
+    def _measure_baseline(self, worker: Worker) -> dict[str, Any] | None:
+        params = self._baseline_params()
+        outcome = worker.run(job(self.problem, params, None))
+        if not outcome["ok"]:
+            self.report(f"baseline {params} failed: {outcome['reason']}")
+            return None
+        return {"params": params, **outcome["timing"], "rate": outcome["rate"]}
+
+    def _baseline_params(self) -> dict[str, Any]:
+        builtin = load_space(self.problem.kind)
+        return builtin.validate({k: v for k, v in BASELINES[self.problem.kind].items()
+                                 if k in builtin.validate({}, dtype=self.problem.dtype, family=self.problem.family)},
+                                dtype=self.problem.dtype, family=self.problem.family)
+
+    # -- the outcome ---------------------------------------------------------------------------------
+    def best_trial(self) -> optuna.trial.FrozenTrial | None:
+        """The earliest trial that no later one beats by more than the measured noise."""
+        best = None
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
+            if "duplicate_of" in t.user_attrs or "timing" not in t.user_attrs:
+                continue
+            if best is None or _timing(t).faster_than(_timing(best)):
+                best = t
+        return best
+
+    def result(self, baseline=None, elapsed: float = 0.0, measured_now: int = 0) -> TuneResult:
+        measured, failed, pruned = self._counts()
+        best = self.best_trial()
+        failures = [f"#{t.number} {t.user_attrs.get('stage')}: {t.user_attrs.get('reason', '')[:160]}"
+                    for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
+                    if "stage" in t.user_attrs]
+        return TuneResult(
+            problem=self.problem, study_name=self.name,
+            best=best.user_attrs["config"] if best else None,
+            timing=best.user_attrs["timing"] if best else None,
+            rate=best.user_attrs["rate"] if best else None,
+            resources=best.user_attrs.get("resources") if best else None,
+            baseline=baseline, measured=measured, failed=failed, pruned=pruned,
+            per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
+            meaningful=self.device.name != "CUDA simulator", failures=failures)
+
+
+def _timing(t: optuna.trial.FrozenTrial) -> Timing:
+    d = t.user_attrs["timing"]
+    return Timing(d["median_ms"], d["p20_ms"], d["p80_ms"], d["reps"])
+
+
+def _threads(kind: str, params: dict[str, Any]) -> int:
+    from .constraints import threads
+
+    return threads(params) if kind == "matmul" else params["BLOCK"]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _bar(done: int, total: int, width: int = 20) -> str:
+    filled = min(width, int(width * done / max(total, 1)))
+    return "[" + "#" * filled + "." * (width - filled) + "]"

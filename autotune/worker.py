@@ -1,0 +1,83 @@
+"""A process per GPU that runs measurement jobs, so that a variant which crashes or hangs kills only it.
+
+An illegal memory access leaves a CUDA context unusable, and a hung kernel never returns: either would end
+the tuning run if variants ran in the tuner's own process. The worker is restarted on its next job; the
+job that broke it is reported as failed with the reason.
+"""
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+from typing import Any
+
+
+def _serve(conn, device: int | None) -> None:
+    if device is not None and not os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+        from numba import cuda
+
+        cuda.select_device(device)
+    from .evaluate import measure_variant
+
+    while True:
+        try:
+            job = conn.recv()
+        except EOFError:
+            return
+        conn.send(measure_variant(job))
+
+
+class Worker:
+    """Runs ``measure_variant`` jobs in a child process on one GPU, with a timeout per job."""
+
+    def __init__(self, device: int | None = None, timeout_s: float = 120.0):
+        self.device = device
+        self.timeout_s = timeout_s
+        self.restarts = 0
+        self._process = None
+        self._conn = None
+
+    def __enter__(self) -> "Worker":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _start(self) -> None:
+        ctx = mp.get_context("spawn")  # CUDA cannot survive a fork
+        self._conn, child = ctx.Pipe()
+        self._process = ctx.Process(target=_serve, args=(child, self.device), daemon=True,
+                                    name=f"autotune-gpu{self.device}")
+        self._process.start()
+        child.close()
+
+    def run(self, job: dict[str, Any]) -> dict[str, Any]:
+        """The job's result, or {"ok": False, "reason": ...} if the worker timed out or died on it."""
+        if self._process is None or not self._process.is_alive():
+            self._start()
+        self._conn.send(job)
+        if not self._conn.poll(self.timeout_s):
+            self._kill()
+            return {"ok": False, "reason": f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted"}
+        try:
+            return self._conn.recv()
+        except (EOFError, ConnectionError):
+            self._process.join(5)
+            code = self._process.exitcode
+            self._kill()
+            return {"ok": False, "reason": f"worker process died (exit code {code}: crash or illegal memory "
+                                           f"access); worker restarted"}
+
+    def _kill(self) -> None:
+        self.restarts += 1
+        if self._process is not None and self._process.is_alive():
+            self._process.kill()
+            self._process.join(10)
+        self._process = None
+
+    def close(self) -> None:
+        if self._process is not None and self._process.is_alive():
+            self._conn.close()
+            self._process.join(5)
+            if self._process.is_alive():
+                self._process.kill()
+        self._process = None

@@ -1,0 +1,41 @@
+"""Assertions shared by the tests: float64 NumPy references, elementwise error bounds, NaN poisoning."""
+from __future__ import annotations
+
+import numpy as np
+from numba import cuda
+
+
+def poisoned(shape, dtype):
+    """A device array full of NaN: any element a kernel fails to write stays NaN and fails the check."""
+    return cuda.to_device(np.full(shape, np.nan, dtype=dtype))
+
+
+def random_matrix(rng, shape, dtype):
+    return rng.standard_normal(shape).astype(dtype)
+
+
+def small_integers(rng, shape, dtype):
+    """Integer-valued floats in [-8, 8], never all zero: sums of them are exact in float32 and float64."""
+    x = rng.integers(-8, 9, size=shape).astype(dtype)
+    x.flat[0] = 3
+    return x
+
+
+def assert_matmul_close(C, A, B):
+    """Each element within the rigorous bound K*eps*(|A||B|)_ij of the float64 product."""
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ref = A64 @ B64
+    K = A.shape[1]
+    bound = 2 * K * np.finfo(C.dtype).eps * (np.abs(A64) @ np.abs(B64)) + np.finfo(C.dtype).tiny
+    assert C.shape == ref.shape
+    assert not np.isnan(C).any(), f"{np.isnan(C).sum()} elements of C were not written"
+    bad = np.abs(C - ref) > bound
+    assert not bad.any(), f"{bad.sum()} elements off; worst {np.abs(C - ref).max()} at {np.unravel_index(np.argmax(np.abs(C - ref)), C.shape)}"
+
+
+def assert_reduction_close(result, ref, abs_sum, n, dtype):
+    """Within the rigorous bound n*eps*sum|x| (the tests also check exactness on integer data)."""
+    result = np.asarray(result, dtype=np.float64)
+    assert not np.isnan(result).any(), "result has unwritten (NaN) elements"
+    bound = 2 * max(n, 1) * np.finfo(dtype).eps * np.asarray(abs_sum) + np.finfo(dtype).tiny
+    assert np.all(np.abs(result - ref) <= bound), f"max error {np.abs(result - ref).max()}, bound {np.min(bound)}"

@@ -1,0 +1,107 @@
+"""Matmul results in the CUDA simulator against float64 NumPy, on odd shapes, with NaN-poisoned outputs."""
+import numpy as np
+import pytest
+from numba import cuda
+
+from autotune import build_kernel
+from autotune.space import load_space
+from checks import assert_matmul_close, poisoned, random_matrix, small_integers
+
+# 1, primes, K = 1, tall and skinny, and sizes that are multiples of no tile size.
+SHAPES = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9)]
+
+
+def operands(rng, M, N, K, dtype, layout, make=random_matrix):
+    A = make(rng, (M, K), dtype)
+    B = make(rng, (K, N), dtype)
+    a_arg = np.ascontiguousarray(A.T).T if layout[0] == "t" else A
+    b_arg = np.ascontiguousarray(B.T).T if layout[1] == "t" else B
+    return A, B, a_arg, b_arg
+
+
+def run(kernel, rng, shape, dtype, layout="nn", make=random_matrix):
+    M, N, K = shape
+    A, B, a_arg, b_arg = operands(rng, M, N, K, dtype, layout, make)
+    out = poisoned((M, N), dtype)
+    kernel(cuda.to_device(a_arg) if layout == "nn" else a_arg, b_arg, out=out)
+    return out.copy_to_host(), A, B
+
+
+@pytest.mark.parametrize("strategy", ["naive", "shared16"])
+@pytest.mark.parametrize("shape", SHAPES)
+def test_seed_kernels(strategy, shape, rng):
+    k = build_kernel("matmul", {"strategy": strategy})
+    C, A, B = run(k, rng, shape, "float32")
+    assert_matmul_close(C, A, B)
+
+
+def covering(dtype, layout="nn"):
+    sample, _ = load_space("matmul").covering_sample(dtype=dtype, family={"layout": layout})
+    return [c for c in sample if c["strategy"] == "tiled"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_covering_sample_of_tiled_variants(dtype, rng):
+    configs = covering(dtype)
+    assert len(configs) >= 4
+    for params in configs:
+        k = build_kernel("matmul", params, dtype)
+        for shape in SHAPES[1:4]:
+            C, A, B = run(k, rng, shape, dtype)
+            assert_matmul_close(C, A, B)
+
+
+@pytest.mark.parametrize("layout", ["tn", "nt", "tt"])
+@pytest.mark.parametrize("params", [{"strategy": "naive"}, {"strategy": "shared16"},
+                                    {"BM": 32, "BN": 32, "TM": 4, "TN": 2, "BK": 8, "VEC": 2, "UNROLL_K": 4},
+                                    {"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 16, "VEC": 4, "A_SMEM": "mmajor",
+                                     "UNROLL_K": 1, "SPLIT_K": 2}])
+def test_transposed_layouts(layout, params, rng):
+    k = build_kernel("matmul", params, layout=layout)
+    C, A, B = run(k, rng, (37, 29, 41), "float32", layout)
+    assert_matmul_close(C, A, B)
+
+
+def test_integer_data_is_exact(rng):
+    k = build_kernel("matmul", {"BM": 32, "BN": 64, "TM": 4, "TN": 4, "BK": 16, "VEC": 4, "SPLIT_K": 4})
+    C, A, B = run(k, rng, (33, 65, 257), "float32", make=small_integers)
+    np.testing.assert_array_equal(C, A.astype(np.float64) @ B)
+
+
+def test_numpy_in_numpy_out(rng):
+    A, B = random_matrix(rng, (9, 4), "float32"), random_matrix(rng, (4, 6), "float32")
+    C = build_kernel("matmul", {"strategy": "naive"})(A, B)
+    assert isinstance(C, np.ndarray)
+    assert_matmul_close(C, A, B)
+
+
+def test_vector_path_falls_back_when_rows_are_unaligned(rng):
+    # K = 5 is no multiple of VEC = 4, so rows of A start unaligned and the scalar loads must take over.
+    k = build_kernel("matmul", {"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 4})
+    C, A, B = run(k, rng, (19, 23, 5), "float32")
+    assert_matmul_close(C, A, B)
+
+
+@pytest.mark.parametrize("A_shape, B_shape, error, message", [
+    ((3, 4), (5, 6), ValueError, "do not align"),
+    ((3,), (3, 6), ValueError, "must be 2-D"),
+    ((0, 4), (4, 6), ValueError, "M, N, K >= 1"),
+])
+def test_shape_errors(A_shape, B_shape, error, message):
+    k = build_kernel("matmul", {"strategy": "naive"})
+    with pytest.raises(error, match=message):
+        k(np.ones(A_shape, np.float32), np.ones(B_shape, np.float32))
+
+
+def test_dtype_and_layout_errors():
+    k = build_kernel("matmul", {"strategy": "naive"})
+    with pytest.raises(TypeError, match="dtype float64; this kernel was built for float32"):
+        k(np.ones((2, 2)), np.ones((2, 2)))
+    with pytest.raises(ValueError, match="transposed view: build with a 't' layout"):
+        k(np.ones((3, 2), np.float32).T, np.ones((3, 2), np.float32))
+    with pytest.raises(ValueError, match="must be C-contiguous"):
+        k(cuda.to_device(np.ones((4, 4), np.float32))[:, ::2], np.ones((2, 2), np.float32))
+    with pytest.raises(TypeError, match="must be a NumPy array, a Numba device array"):
+        k([[1.0]], np.ones((1, 1), np.float32))
+    with pytest.raises(ValueError, match=r"out must be a C-contiguous \(2, 2\) array"):
+        k(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), out=cuda.device_array((3, 2), np.float32))

@@ -1,0 +1,136 @@
+"""Reductions in the CUDA simulator against float64 NumPy: every op, axis and parameter value."""
+import numpy as np
+import pytest
+from numba import cuda
+
+from autotune import build_kernel
+from autotune.reduce import reference
+from autotune.space import load_space
+from checks import assert_reduction_close, poisoned, small_integers
+
+SIZES_1D = [1, 31, 32, 33, 1023, 1025]
+SHAPES_2D = [(1, 1), (3, 1025), (33, 31), (70, 7)]
+OPS = ["sum", "max", "min", "dot"]
+
+
+def operands(rng, shape, dtype, op):
+    x = rng.standard_normal(shape).astype(dtype)
+    y = rng.standard_normal(shape).astype(dtype) if op == "dot" else None
+    return x, y
+
+
+def check(kernel, rng, shape, dtype, op, axis):
+    x, y = operands(rng, shape, dtype, op)
+    out_shape = (1,) if axis is None else (shape[1 - axis],)
+    out = poisoned(out_shape, dtype)
+    args = (cuda.to_device(x),) + ((cuda.to_device(y),) if y is not None else ())
+    kernel(*args, out=out)
+    got = out.copy_to_host()
+    ref = reference(op, x, y, axis)
+    terms = np.abs(x.astype(np.float64) * (y if y is not None else 1))
+    abs_sum = terms.sum(axis=axis)
+    n = x.size if axis is None else shape[axis]
+    assert_reduction_close(got[0] if axis is None else got, ref, abs_sum, n, dtype)
+
+
+# In the simulator every GPU thread is a Python thread: keep the parameters not under test small.
+CHEAP = {"BLOCK": (32, 64), "WAVES": (1, 2), "ROW_SPLIT": (1, 2), "ITEMS": (1, 2), "BX": (32,)}
+
+
+def covering(op, axis, dtype):
+    sample, uncovered = load_space("reduce").covering_sample(dtype=dtype, family={"op": op, "axis": axis},
+                                                             cheap=CHEAP)
+    assert uncovered <= {("VEC", 4)}
+    return sample
+
+
+def rotating(shapes, op, index, params):
+    """One shape per configuration (three for sum), rotating so that together they use every shape.
+
+    The simulator runs a thread per GPU thread, about a launch a second, and a 512- or 1024-thread block
+    that loops over many rows takes minutes: such blocks get the shapes with at most 33 rows. Every
+    (op, shape) and every (op, parameter value) pair is still checked.
+    """
+    if params.get("BLOCK", 0) >= 512:
+        shapes = [s for s in shapes if s[0] <= 33] or shapes
+    count = 3 if op == "sum" else 1
+    return [shapes[(index + j * len(shapes) // count) % len(shapes)] for j in range(count)]
+
+
+@pytest.mark.parametrize("op", OPS)
+def test_whole_array_every_parameter_value(op, rng):
+    configs = covering(op, None, "float32")
+    for i, params in enumerate(configs):
+        k = build_kernel("reduce", params, op=op)
+        for (n,) in rotating([(n,) for n in SIZES_1D], op, i, {}):
+            check(k, rng, (n,), "float32", op, None)
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("op", OPS)
+def test_axis_every_parameter_value(op, axis, rng):
+    for i, params in enumerate(covering(op, axis, "float32")):
+        k = build_kernel("reduce", params, op=op, axis=axis)
+        for shape in rotating(SHAPES_2D, op, i, params):
+            check(k, rng, shape, "float32", op, axis)
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("op", OPS)
+def test_float64(op, axis, rng):
+    k = build_kernel("reduce", {"BLOCK": 64, "VEC": 2}, "float64", op=op, axis=axis)
+    check(k, rng, (1025,) if axis is None else (33, 31), "float64", op, axis)
+
+
+@pytest.mark.parametrize("combine, n", [("last_block", 2_000_003), ("atomic", 1_048_573), ("two_pass", 1_048_583)])
+def test_millions_of_elements_exactly(combine, n, rng):
+    """Every element counted exactly once: integer data sums exactly in float32."""
+    x = small_integers(rng, (n,), np.float32)
+    k = build_kernel("reduce", {"BLOCK": 32, "ITEMS": 8, "VEC": 4, "WAVES": 1, "COMBINE": combine}, op="sum")
+    assert k(x) == x.astype(np.float64).sum()
+
+
+def test_integer_data_exact_along_axes(rng):
+    x = small_integers(rng, (67, 259), np.float32)
+    for axis, params in ((0, {"BLOCK": 64, "VEC": 4, "BX": 32, "ROW_SPLIT": 4}), (1, {"BLOCK": 64, "VEC": 4})):
+        k = build_kernel("reduce", params, op="sum", axis=axis)
+        np.testing.assert_array_equal(k(x), x.astype(np.float64).sum(axis=axis))
+
+
+def test_repeated_calls_reuse_the_last_block_counter(rng):
+    k = build_kernel("reduce", {"BLOCK": 32, "COMBINE": "last_block", "WAVES": 2}, op="max")
+    for _ in range(3):
+        x = rng.standard_normal(5000).astype(np.float32)
+        assert k(x) == x.max()
+
+
+def test_unaligned_input_takes_the_scalar_path(rng):
+    x = rng.standard_normal(1001).astype(np.float32)
+    d = cuda.to_device(x)[1:]
+    k = build_kernel("reduce", {"BLOCK": 32, "VEC": 4, "WAVES": 1}, op="sum")
+    got = k(d).copy_to_host()[0]
+    assert_reduction_close(got, x[1:].astype(np.float64).sum(), np.abs(x[1:]).sum(), 1000, np.float32)
+
+
+def test_zero_size():
+    assert build_kernel("reduce", {}, op="sum")(np.zeros(0, np.float32)) == 0
+    np.testing.assert_array_equal(build_kernel("reduce", {}, op="sum", axis=0)(np.zeros((0, 3), np.float32)),
+                                  np.zeros(3))
+    with pytest.raises(ValueError, match="zero-size array to reduction operation max"):
+        build_kernel("reduce", {}, op="max")(np.zeros(0, np.float32))
+
+
+def test_input_errors():
+    k = build_kernel("reduce", {}, op="sum", axis=1)
+    with pytest.raises(ValueError, match="axis=1 needs a 2-D array"):
+        k(np.ones(4, np.float32))
+    with pytest.raises(ValueError, match="built for axis=1"):
+        k(np.ones((2, 2), np.float32), axis=0)
+    with pytest.raises(ValueError, match="must be C-contiguous"):
+        k(np.ones((4, 4), np.float32).T)
+    with pytest.raises(TypeError, match="dot takes two arrays"):
+        build_kernel("reduce", {}, op="dot")(np.ones(3, np.float32))
+    with pytest.raises(ValueError, match="differ in shape"):
+        build_kernel("reduce", {}, op="dot")(np.ones(3, np.float32), np.ones(4, np.float32))
+    with pytest.raises(TypeError, match="built for float32"):
+        build_kernel("reduce", {}, op="sum")(np.ones(3, np.float64))

@@ -1,0 +1,118 @@
+"""Search spaces: loading, validation before anything is rendered, and coverage sampling."""
+import textwrap
+
+import pytest
+
+from autotune.build import build_kernel, render_source
+from autotune.space import SpaceError, load_space
+
+
+@pytest.fixture(scope="module")
+def matmul_space():
+    return load_space("matmul")
+
+
+def test_defaults_validate(matmul_space):
+    params = matmul_space.validate({}, dtype="float32", family={"layout": "nn"})
+    assert params["strategy"] == "tiled" and params["BM"] == 128
+
+
+@pytest.mark.parametrize("params, message", [
+    ({"BM": 96}, "parameter BM=96 is not allowed; allowed values: 16, 32, 64, 128, 256"),
+    ({"BM": "64); import os"}, "parameter BM='64); import os' is not allowed"),
+    ({"BM": True}, "parameter BM=True is not allowed"),
+    ({"BM": 64.0}, "parameter BM=64.0 is not allowed"),
+    ({"A_SMEM": "kmajor\nimport os"}, "parameter A_SMEM="),
+    ({"bogus": 1}, "unknown parameter 'bogus'"),
+    ({"strategy": "naive", "BM": 64}, "parameter BM does not apply"),
+    ({"TM": 8, "BM": 16, "BN": 16, "TN": 8}, "threads per block = 4"),
+    ({"UNROLL_K": 16, "BK": 8}, "UNROLL_K=16 must divide BK=8"),
+    ({"BM": 256, "BN": 256, "TM": 2, "TN": 2}, "threads per block = 16384"),
+    ({"BM": 256, "BN": 256, "BK": 32, "TM": 8, "TN": 8}, "static shared memory"),
+])
+def test_bad_parameters_are_rejected_with_their_name(matmul_space, params, message):
+    with pytest.raises(ValueError, match=None) as err:
+        matmul_space.validate(params, dtype="float32", family={"layout": "nn"})
+    assert message in str(err.value)
+
+
+def test_vector_width_depends_on_dtype(matmul_space):
+    matmul_space.validate({"VEC": 4}, dtype="float32", family={"layout": "nn"})
+    with pytest.raises(ValueError, match="exceeds a 16-byte vector access"):
+        matmul_space.validate({"VEC": 4}, dtype="float64", family={"layout": "nn"})
+
+
+def test_reduce_parameters_depend_on_axis():
+    space = load_space("reduce")
+    assert "ROW_MODE" in space.validate({}, dtype="float32", family={"op": "sum", "axis": 1})
+    assert "COMBINE" not in space.validate({}, dtype="float32", family={"op": "sum", "axis": 0})
+    with pytest.raises(ValueError, match="COMBINE does not apply"):
+        space.validate({"COMBINE": "atomic"}, dtype="float32", family={"op": "sum", "axis": 1})
+
+
+def test_injection_never_reaches_the_source():
+    with pytest.raises(ValueError):
+        render_source("matmul", {"BM": "64); import os; os.system('true'"})
+    with pytest.raises(ValueError):
+        build_kernel("reduce", {"BLOCK_REDUCE": "tree\n__import__('os')"})
+
+
+def test_unknown_kind_and_dtype():
+    with pytest.raises(ValueError, match="unknown kernel kind 'conv'"):
+        build_kernel("conv", {})
+    with pytest.raises(ValueError, match="dtype 'float16' is not supported"):
+        build_kernel("matmul", {}, dtype="float16")
+    with pytest.raises(ValueError, match="layout 'xx'"):
+        build_kernel("matmul", {}, layout="xx")
+    with pytest.raises(ValueError, match="op 'mean'"):
+        build_kernel("reduce", {}, op="mean")
+
+
+@pytest.mark.parametrize("family", [{"layout": "nn"}])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_covering_sample_uses_every_value(matmul_space, family, dtype):
+    sample, uncovered = matmul_space.covering_sample(dtype=dtype, family=family)
+    assert uncovered == ({("VEC", 4)} if dtype == "float64" else set())
+    for name, param in matmul_space.params.items():
+        used = {c[name] for c in sample if name in c}
+        assert used == set(param.values) - {v for n, v in uncovered if n == name}, name
+    for config in sample:
+        matmul_space.validate(config, dtype=dtype, family=family, fill_defaults=False)
+
+
+def write(tmp_path, text):
+    path = tmp_path / "space.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def test_user_space_narrows_values(tmp_path):
+    path = write(tmp_path, """
+        kernel: matmul
+        params:
+          strategy: {values: [tiled]}
+          BM: {values: [64], when: {strategy: [tiled]}}
+    """)
+    space = load_space("matmul", path)
+    assert space.params["BM"].values == (64,)
+    assert space.constraints  # the built-in constraints stay
+
+
+@pytest.mark.parametrize("body, message", [
+    ("kernel: matmul\nparams: {BM: {values: ['64); import os']}}", "is not a plain name"),
+    ("kernel: matmul\nparams: {XX: {values: [1]}}", "not a parameter of the matmul templates"),
+    ("kernel: matmul\nparams: {BM: {values: [1.5]}}", "values must be all integers or all names"),
+    ("kernel: matmul\nparams: {BM: {values: []}}", "non-empty 'values' list"),
+    ("kernel: matmul\nparams: {A_SMEM: {values: [diagonal]}}", "are unknown"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: eval, args: [BM]}]", "must be a mapping whose 'name'"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: shared_bytes_at_most, max: 'x'}]", "must be an integer"),
+    ("kernel: reduce\nparams: {}", "expected a mapping with 'kernel: matmul'"),
+    ("kernel: matmul\nparams: {BM: !!python/object/apply:os.system ['true']}", "cannot read search space"),
+    ("{{{", "cannot read search space"),
+])
+def test_malformed_user_space_files(tmp_path, body, message):
+    path = tmp_path / "bad.yaml"
+    path.write_text(body)
+    with pytest.raises(SpaceError) as err:
+        load_space("matmul", path)
+    assert message in str(err.value) and str(path) in str(err.value)

@@ -1,0 +1,109 @@
+"""The tuner end to end in the CUDA simulator: failures recorded, duplicates answered, pruning, resume."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+from autotune.device import current_device
+from autotune.problem import Problem
+from autotune.tuner import TuneConfig, Tuner
+
+HERE = Path(__file__).parent
+
+
+def journal(state_dir):
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    return JournalStorage(JournalFileBackend(str(Path(state_dir) / "studies" / "cuda-simulator.journal")))
+
+
+def test_failures_are_recorded_and_the_study_completes(tmp_path, monkeypatch):
+    """Compile failure, crash, hang and wrong result each become a FAIL trial with its reason."""
+    monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(HERE / "faulty_templates"))
+    config = TuneConfig(trials=5, sampler="grid", state_dir=tmp_path, space_path=str(HERE / "faulty_space.yaml"),
+                        compile_workers=1, job_timeout_s=20, baseline=False)
+    result = Tuner(Problem("reduce", (37,), "float32", {"op": "sum"}), config, current_device(),
+                   report=lambda line: None).run()
+    assert result.best == {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "serial", "COMBINE": "atomic",
+                           "WAVES": 1}
+    assert (result.measured, result.failed) == (1, 4)
+    reasons = {t.user_attrs["config"]["BLOCK"]: (t.user_attrs["stage"], t.user_attrs["reason"])
+               for t in optuna.load_study(study_name=result.study_name, storage=journal(tmp_path)).trials
+               if t.state == TrialState.FAIL}
+    assert reasons[64][0] == "compile" and "SyntaxError" in reasons[64][1]
+    assert reasons[128][0] == "run" and "worker process died (exit code 3" in reasons[128][1]
+    assert reasons[256][0] == "run" and "timed out after 20 s" in reasons[256][1]
+    assert reasons[512][0] == "verify" and "differ from the float64 reference" in reasons[512][1]
+
+
+def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
+    """A space with two valid configurations: the sampler's other proposals are pruned or answered from the
+    study, and each valid configuration is measured exactly once."""
+    space = tmp_path / "space.yaml"
+    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n"
+                     "  VEC: {values: [1, 2, 4]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                     "constraints:\n  - {name: vector_bytes_at_most, max: 8}\n  - {name: divides, args: [VEC, ITEMS]}\n")
+    config = TuneConfig(trials=2, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
+                        baseline=False)
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    result = tuner.run()
+    trials = tuner.study.trials
+    measured = [t.user_attrs["config"] for t in trials if t.state == TrialState.COMPLETE
+                and "duplicate_of" not in t.user_attrs]
+    assert sorted(c["BLOCK"] for c in measured) == [32, 64] and all(c["VEC"] == 1 for c in measured)
+    assert result.measured == 2
+    assert all("must divide" in t.user_attrs["reason"] or "vector access" in t.user_attrs["reason"]
+               for t in trials if t.state == TrialState.PRUNED)
+
+
+def run_cli(args, cwd, **kwargs):
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
+
+
+def complete_trials(state_dir):
+    try:
+        studies = optuna.get_all_study_summaries(journal(state_dir))
+    except Exception:
+        return []
+    if not studies:
+        return []
+    study = optuna.load_study(study_name=studies[0].study_name, storage=journal(state_dir))
+    return [t for t in study.trials if t.state == TrialState.COMPLETE]
+
+
+def test_killed_run_resumes_without_losing_measurements(tmp_path):
+    args = ["reduce", "--simulator", "--shape", "41", "--trials", "7", "--sampler", "random", "--compile-workers",
+            "1", "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"), "--write-db"]
+    first = run_cli(args, tmp_path)
+    deadline = time.time() + 240
+    while len(complete_trials(tmp_path / "state")) < 2 and time.time() < deadline and first.poll() is None:
+        time.sleep(0.5)
+    first.send_signal(signal.SIGKILL)
+    first.wait()
+    before = {t.number: t.value for t in complete_trials(tmp_path / "state")}
+    assert len(before) >= 2
+    second = run_cli(args, tmp_path)
+    out, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, out
+    after = {t.number: t.value for t in complete_trials(tmp_path / "state")}
+    assert all(after[n] == v for n, v in before.items())  # nothing measured was lost or re-measured
+    measured = [t for t in complete_trials(tmp_path / "state") if "duplicate_of" not in t.user_attrs]
+    assert len(measured) == 7
+    assert "SIMULATOR DRY RUN" in out and "timings are meaningless" in out
+    assert (tmp_path / "db" / "cuda-simulator.yaml").exists()
+
+
+def test_no_gpu_says_so(tmp_path):
+    proc = run_cli(["matmul", "--device", "0"], tmp_path)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 3
+    assert "no CUDA GPU is visible" in out and "autotune matmul --simulator" in out
