@@ -183,15 +183,17 @@ def dump(device: Mapping[str, Any], entries: list[Entry]) -> str:
 
 @contextlib.contextmanager
 def locked(path: Path) -> Iterator[None]:
-    """An exclusive advisory lock on ``path``.lock, held by one writer at a time (processes and hosts that
-    share a POSIX file system)."""
+    """An exclusive lock on the folder holding ``path``: one writer at a time across processes.
+
+    The folder is locked rather than the file because the file is replaced (a new inode) by every write, and
+    rather than a lock file so that nothing extra appears in a folder that users commit."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{path}.lock", "a+") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def atomic_write(path: Path, text: str) -> None:

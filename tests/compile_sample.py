@@ -1,0 +1,43 @@
+"""Compile a covering sample of every kernel family for sm_90 with the real compiler (no GPU needed).
+
+Run by tests/test_compile.py in its own process: the CUDA simulator, which the other tests use, and the
+real compiler cannot share one. Prints one JSON line per variant: family, parameters and the ptxas report.
+"""
+import concurrent.futures as cf
+import json
+import multiprocessing as mp
+import sys
+
+from autotune.build import build_kernel
+from autotune.compiler import resource_report
+from autotune.space import load_space
+
+# Together these use every value of every parameter of both families, both dtypes and transposed operands.
+FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
+            ("reduce", "float32", {"op": "sum", "axis": None}), ("reduce", "float32", {"op": "dot", "axis": 0}),
+            ("reduce", "float32", {"op": "max", "axis": 1}), ("reduce", "float64", {"op": "min", "axis": None})]
+
+
+def compile_one(item):
+    kind, dtype, family, params = item
+    kernel = build_kernel(kind, params, dtype, **family)
+    try:
+        report = resource_report(kernel.kernel, kernel.signature, cc=(9, 0)).as_dict()
+        return {"kind": kind, "dtype": dtype, "family": family, "params": params, "report": report}
+    except Exception as exc:
+        return {"kind": kind, "dtype": dtype, "family": family, "params": params, "error": f"{exc}"}
+
+
+def main():
+    items = []
+    for kind, dtype, family in FAMILIES:
+        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=1)
+        items += [(kind, dtype, family, params) for params in sample]
+    with cf.ProcessPoolExecutor(max_workers=int(sys.argv[1]) if len(sys.argv) > 1 else 2,
+                                mp_context=mp.get_context("spawn")) as pool:
+        for result in pool.map(compile_one, items):
+            print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    main()

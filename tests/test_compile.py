@@ -1,0 +1,38 @@
+"""Every parameter value compiles for sm_90 through the real compiler (nvJitLink, no GPU), and the compiler's
+register count shows each variant can launch."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from autotune.constraints import threads
+
+HERE = Path(__file__).parent
+
+
+def test_covering_samples_compile_for_sm90():
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = str(HERE.parent)
+    proc = subprocess.run([sys.executable, str(HERE / "compile_sample.py"), "2"], capture_output=True, text=True,
+                          env=env, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    failed = [r for r in results if "error" in r]
+    assert not failed, failed[:3]
+    assert len(results) >= 25
+    print(f"\n{'family':42} {'registers':>9} {'spill bytes':>11}  parameters")
+    for r in results:
+        report = r["report"]
+        print(f"{r['kind'] + ' ' + r['dtype'] + ' ' + str(r['family']):42} {report['registers']:>9} "
+              f"{report['spill_stores'] + report['spill_loads']:>11}  {r['params']}")
+        assert report["registers"] * threads(r["params"]) <= 65536, r  # launch_bounds keeps every block launchable
+    values = {}
+    for r in results:
+        for name, value in r["params"].items():
+            values.setdefault((r["kind"], name), set()).add(value)
+    for kind in ("matmul", "reduce"):
+        from autotune.space import load_space
+
+        for name, param in load_space(kind).params.items():
+            assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled

@@ -1,0 +1,136 @@
+"""The tuned database: safe loading with precise errors, deterministic writes, merges that lose nothing."""
+import multiprocessing as mp
+import os
+
+import pytest
+import yaml
+
+from autotune import db
+from autotune.problem import Problem
+from autotune.space import load_space
+
+DEVICE = {"name": "NVIDIA Test GPU", "cc": "9.0", "sm_count": 132}
+TIME = {"median_ms": 1.0, "p20_ms": 0.99, "p80_ms": 1.01, "reps": 50}
+
+
+def complete(problem, params):
+    """A whole configuration, as the tuner writes it (entries must name every parameter that applies)."""
+    return load_space(problem.kind).validate(params, dtype=problem.dtype, family=problem.family)
+
+
+def entry(shape=(64, 64, 64), ms=1.0, **params):
+    problem = Problem("matmul", shape, "float32", {"layout": "nn"})
+    record = db.entry_record(problem, complete(problem, params or {"strategy": "naive"}),
+                             time={**TIME, "median_ms": ms}, trials=3)
+    return db.parse_entry(record)
+
+
+def reduce_entry(n, ms=1.0, op="sum"):
+    problem = Problem("reduce", (n,), "float32", {"op": op, "axis": None})
+    return db.parse_entry(db.entry_record(problem, complete(problem, {"BLOCK": 128}),
+                                          time={**TIME, "median_ms": ms}))
+
+
+def test_round_trip_and_deterministic_output(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    entries = [entry((128, 64, 32), 2.0, BM=64, BN=64, BK=16, TM=4, TN=4), reduce_entry(1 << 20), entry()]
+    db.write_entries(path, DEVICE, entries)
+    text = path.read_text()
+    loaded = db.load_file(path, strict=True)
+    assert {e.problem.key for e in loaded.entries} == {e.problem.key for e in entries}
+    assert {e.problem.key: e.params for e in loaded.entries} == {e.problem.key: e.params for e in entries}
+    again = tmp_path / "again.yaml"
+    db.write_entries(again, DEVICE, list(reversed(loaded.entries)))
+    assert again.read_text() == text  # same content, any order in, same bytes out
+    kernels = [e["kernel"] for e in yaml.safe_load(text)["entries"]]
+    assert kernels == sorted(kernels)
+
+
+def test_merge_keeps_others_and_replaces_only_with_faster(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry(ms=2.0), reduce_entry(1024, ms=0.5)])
+    notes = db.write_entries(path, DEVICE, [entry(ms=3.0)])
+    assert "kept" in notes[0]
+    assert {e.problem.key: e.median_ms for e in db.load_file(path).entries}["matmul/float32/nn/64x64x64"] == 2.0
+    db.write_entries(path, DEVICE, [entry(ms=1.5)])
+    db.write_entries(path, DEVICE, [entry(ms=9.0)], force=True)
+    times = {e.problem.key: e.median_ms for e in db.load_file(path).entries}
+    assert times == {"matmul/float32/nn/64x64x64": 9.0, "reduce/float32/sum/all/1024": 0.5}
+
+
+def good_file(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry(), reduce_entry(1024)])
+    return path
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("params", {"strategy": "tiled", "BM": "64); import os"}, "field 'params': parameter BM='64); import os' is not allowed"),
+    ("params", {"strategy": "tiled", "BM": 96}, "parameter BM=96 is not allowed"),
+    ("params", {"strategy": "naive", "XX": 1}, "unknown parameter 'XX'"),
+    ("params", {"strategy": "tiled"}, "parameter BM is missing"),
+    ("shape", [64, "64", 64], "field 'shape' must be a list of positive integers"),
+    ("dtype", "float16", "field 'dtype' is 'float16'"),
+    ("time", {"median_ms": "fast"}, "field 'time' must hold numbers"),
+    ("layout", "xx", "field layout: layout 'xx'"),
+    ("extra", 1, "unknown field 'extra'"),
+])
+def test_bad_entries_are_named_and_the_rest_loads(tmp_path, field, value, message):
+    path = good_file(tmp_path)
+    data = yaml.safe_load(path.read_text())
+    data["entries"][0][field] = value
+    path.write_text(yaml.safe_dump(data))
+    loaded = db.load_file(path)
+    assert len(loaded.entries) == 1 and len(loaded.problems) == 1
+    assert str(path) in loaded.problems[0] and "entry #1 (matmul " in loaded.problems[0]
+    assert message in loaded.problems[0]
+    with pytest.raises(db.DatabaseError, match="entry #1"):
+        db.load_file(path, strict=True)
+
+
+@pytest.mark.parametrize("text, message", [
+    ("schema: 1\ndevice: {name: x}\nentries:\n - !!python/object/apply:os.system ['touch {marker}']\n", "cannot read"),
+    ("{{{", "cannot read"),
+    ("- 1\n- 2\n", "expected a mapping"),
+    ("schema: 99\ndevice: {name: x}\nentries: []\n", "field 'schema' is 99"),
+    ("schema: 1\ndevice: 3\nentries: []\n", "field 'device'"),
+])
+def test_malformed_files_execute_nothing(tmp_path, text, message):
+    marker = tmp_path / "executed"
+    path = tmp_path / "bad.yaml"
+    path.write_text(text.replace("{marker}", str(marker)))
+    with pytest.raises(db.DatabaseError, match=message) as err:
+        db.load_file(path)
+    assert str(path) in str(err.value)
+    assert not marker.exists()
+
+
+def _writer(path, n, start):
+    for i in range(n):
+        db.write_entries(path, DEVICE, [reduce_entry(start + i)])
+
+
+def test_concurrent_writers_keep_every_entry(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_writer, args=(path, 15, 1000 * (k + 1))) for k in range(2)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+        assert p.exitcode == 0
+    assert len(db.load_file(path, strict=True).entries) == 30
+
+
+def test_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
+    path = good_file(tmp_path)
+    before = path.read_text()
+
+    def broken_fsync(fd):
+        raise OSError("disk unplugged")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="disk unplugged"):
+        db.write_entries(path, DEVICE, [reduce_entry(77)])
+    assert path.read_text() == before
+    assert [p.name for p in tmp_path.iterdir()] == ["gpu.yaml"]  # no temporary file left behind

@@ -1,0 +1,116 @@
+"""get_best_kernel: lookup order with its warnings, results against NumPy, the generated-source cache."""
+import os
+import subprocess
+import sys
+import warnings
+
+import numpy as np
+import pytest
+from numba import cuda
+
+from autotune import db, get_best_kernel
+from autotune.compiler import source_path
+from autotune.lookup import TunedKernelWarning
+from autotune.problem import Instance, Problem
+from autotune.space import load_space
+
+TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
+SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+MATMUL_A = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "VEC": 2, "UNROLL_K": 4}
+MATMUL_B = {"BM": 64, "BN": 32, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "SPLIT_K": 2}
+
+
+def write_db(folder, device, entries):
+    records = []
+    for kind, shape, family, params in entries:
+        problem = Problem(kind, shape, "float32", family)
+        full = load_space(kind).validate(params, dtype="float32", family=problem.family)
+        records.append(db.parse_entry(db.entry_record(problem, full, time=TIME)))
+    db.write_entries(folder / f"{db.device_slug(device['name'])}.yaml", device, records)
+
+
+@pytest.fixture
+def folder(tmp_path):
+    write_db(tmp_path, SIM, [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A),
+                             ("matmul", (4096, 4096, 4096), {"layout": "nn"}, MATMUL_B),
+                             ("reduce", (1000,), {"op": "max"}, {"BLOCK": 64, "WAVES": 1})])
+    return tmp_path
+
+
+def lookup(*args, **kwargs):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        k = get_best_kernel(*args, **kwargs)
+    return k, [str(w.message) for w in caught if issubclass(w.category, TunedKernelWarning)]
+
+
+def test_exact_entry_is_used_silently(folder):
+    k, notes = lookup("matmul", (64, 64, 64), db=folder)
+    assert notes == [] and all(k.params[n] == v for n, v in MATMUL_A.items())
+
+
+def test_nearest_shape_on_a_log_scale(folder):
+    k, notes = lookup("matmul", (100, 90, 80), db=folder)
+    assert all(k.params[n] == v for n, v in MATMUL_A.items())
+    assert "nearest entry, shape 64x64x64" in notes[0]
+    k, notes = lookup("matmul", (3000, 3000, 5000), db=folder)
+    assert all(k.params[n] == v for n, v in MATMUL_B.items())
+
+
+def test_default_when_nothing_matches(folder):
+    k, notes = lookup("reduce", (1000,), db=folder, op="min")
+    assert "using the default configuration" in notes[0]
+    assert k.params == load_space("reduce").validate({}, dtype="float32", family={"op": "min", "axis": None})
+
+
+def test_file_of_the_same_architecture(tmp_path):
+    write_db(tmp_path, {"name": "Other GPU", "cc": "9.0", "sm_count": 100},
+             [("reduce", (1000,), {"op": "sum"}, {"BLOCK": 32, "WAVES": 1})])
+    write_db(tmp_path, {"name": "Old GPU", "cc": "7.0", "sm_count": 80},
+             [("reduce", (1000,), {"op": "sum"}, {"BLOCK": 512})])
+    k, notes = lookup("reduce", (1000,), db=tmp_path)
+    assert k.params["BLOCK"] == 32 and "Other GPU, same compute capability" in notes[0]
+
+
+def test_bad_entry_is_skipped_with_a_warning(folder):
+    path = folder / "cuda-simulator.yaml"
+    path.write_text(path.read_text().replace("BLOCK: 64", "BLOCK: '64; import os'"))
+    k, notes = lookup("matmul", (64, 64, 64), db=folder)
+    assert any("skipped a bad database entry" in n and "BLOCK" in n for n in notes)
+    assert all(k.params[n] == v for n, v in MATMUL_A.items())
+
+
+def test_environment_variable_names_the_folder(folder, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(folder))
+    k, notes = lookup("reduce", (1000,), op="max")
+    assert notes == [] and k.params["BLOCK"] == 64
+
+
+@pytest.mark.parametrize("kind, shape, family", [
+    ("matmul", (37, 29, 41), {"layout": "nn"}), ("matmul", (1, 13, 7), {"layout": "tn"}),
+    ("reduce", (1031,), {"op": "sum"}), ("reduce", (997,), {"op": "max"}), ("reduce", (1,), {"op": "min"}),
+    ("reduce", (523,), {"op": "dot"}), ("reduce", (13, 37), {"op": "sum", "axis": 1}),
+    ("reduce", (37, 13), {"op": "dot", "axis": 0}),
+])
+def test_results_match_numpy(folder, kind, shape, family):
+    k, _ = lookup(kind, shape, db=folder, **family)
+    error = Instance(Problem(kind, shape, "float32", family), np.random.default_rng()).check(k)
+    assert error is None
+
+
+def test_second_process_reuses_the_generated_source(folder):
+    """The generated module is a file named by its content's hash, never rewritten: what lets Numba's disk
+    cache (cache=True in the GPU rendering) find the compiled kernel in a second process. The cache hit
+    itself needs a GPU; scripts/device-selftest.sh asserts it there."""
+    k, _ = lookup("matmul", (64, 64, 64), db=folder)
+    path = source_path(k.source)
+    stamp = path.stat().st_mtime_ns
+    code = (f"from autotune import get_best_kernel; k = get_best_kernel('matmul', (64, 64, 64), db={str(folder)!r}); "
+            f"print(k.kernel.py_func.__code__.co_filename)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
+    assert out.stdout.strip() == str(path)
+    assert path.stat().st_mtime_ns == stamp
+    from autotune.build import render_source
+
+    gpu_source = render_source("matmul", k.params, simulator=False)[2]
+    assert "@cuda.jit(cache=True" in gpu_source
