@@ -140,17 +140,18 @@ class SearchSpace:
         rng = random.Random(seed)
         wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, family) for v in p.values}
         kept: list[dict[str, Any]] = []
-        for _ in range(tries):
-            if not wanted:
-                break
-            target = rng.choice(sorted(wanted, key=repr))
-            config = self._random_config(rng, family, pin=target, cheap=cheap or {})
-            if config is None or self.violation(config, dtype=dtype, family=family):
-                continue
-            new = set(config.items()) & wanted
-            if new:
-                kept.append(config)
-                wanted -= new
+        for narrowing in ([cheap] if cheap else []) + [{}]:  # values the cheap ones cannot reach, unnarrowed
+            for _ in range(tries // 2):
+                if not wanted:
+                    break
+                target = rng.choice(sorted(wanted, key=repr))
+                config = self._random_config(rng, family, pin=target, cheap=narrowing)
+                if config is None or self.violation(config, dtype=dtype, family=family):
+                    continue
+                new = set(config.items()) & wanted
+                if new:
+                    kept.append(config)
+                    wanted -= new
         return kept, wanted
 
     def random_valid(self, rng: random.Random, *, dtype: str, family: Mapping[str, Any],
