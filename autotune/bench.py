@@ -101,8 +101,7 @@ def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
             continue
         t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
         res = ResourceReport.from_dispatcher(kernel.kernel, current_device().cc)
-        rows.append({"name": name, "timing": t, "registers": res.registers,
-                     "spills": res.spill_stores + res.spill_loads, "params": p})
+        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p})
     for name, call in peers(problem, inst.time_args).items():
         try:
             rows.append({"name": name, "timing": bench(call, flush=flusher)})
@@ -123,15 +122,17 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)
     kind = problems[0].kind
+    name = kind if kind == "matmul" else f"reduce-{problems[0].family['op']}"
+    command = "autotune " + " ".join(sys.argv[1:])
     header = (f"# autotune bench {kind} on {device.name}\n\n"
-              f"Date {datetime.date.today().isoformat()}; {versions()}; command: `autotune bench {kind} --device 0`.\n"
+              f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
               f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each, "
               f"after warm-up; every autotune variant was first checked exactly against float64 NumPy.\n")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md = out / f"{device.slug}-{kind}.md"
+    md = out / f"{device.slug}-{name}.md"
     md.write_text(header + "\n" + "\n\n".join(sections) + "\n")
-    plotted = _plot(plot_data, device, out / f"{device.slug}-{kind}.png")
+    plotted = _plot(plot_data, device, out / f"{device.slug}-{name}.png")
     print(f"wrote {md}" + (f" and {plotted}" if plotted else " (matplotlib not installed: no plot)"))
     return str(md)
 
@@ -157,11 +158,12 @@ def _section(problem: Problem, rows: list[dict], device) -> str:
         peak = fraction_of_peak(problem, rate, device)
         ratio = ref["timing"].median_ms / ms if ref else None
         body.append([r["name"], ms, f"{rate:.4g} {problem.unit}", f"{100 * peak:.1f}%" if peak else None,
-                     f"{ratio:.2f}x" if ratio else None, r.get("registers"), r.get("spills"),
+                     f"{ratio:.2f}x" if ratio else None, r.get("registers"), r.get("local"),
                      f"spread {100 * r['timing'].spread:.1f}%, {r['timing'].reps} reps"])
     return (f"## {problem.key}\n\n"
             + table(["kernel", "ms", "rate", "of peak", f"vs {ref['name'] if ref else '-'}", "registers",
-                     "spills", "notes"], body))
+                     "local B", "notes"], body)
+            + "\n\n(local B: local memory per thread, stack frame plus spills, as the driver reports it)")
 
 
 def _plot(data, device, path: Path) -> Path | None:

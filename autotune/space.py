@@ -140,8 +140,12 @@ class SearchSpace:
         rng = random.Random(seed)
         wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, family) for v in p.values}
         kept: list[dict[str, Any]] = []
-        for narrowing in ([cheap] if cheap else []) + [{}]:  # values the cheap ones cannot reach, unnarrowed
-            for _ in range(tries // 2):
+        cheap = dict(cheap or {})
+        # Narrowed as asked first; then, for values the narrowing cannot reach, with one parameter at a time
+        # set free, and last with none narrowed.
+        narrowings = [cheap, *({k: v for k, v in cheap.items() if k != free} for free in cheap), {}] if cheap else [{}]
+        for narrowing in narrowings:
+            for _ in range(tries // len(narrowings)):
                 if not wanted:
                     break
                 target = rng.choice(sorted(wanted, key=repr))

@@ -206,12 +206,23 @@ class Tuner:
                     rejected += 1
                     continue
                 earlier = self._seen.get(config_key(config))
+                if earlier is None and self.config.storage:
+                    earlier = self._seen_elsewhere(config, trial.number)
                 if earlier is not None:
                     self._repeat(trial, earlier)
                     rejected += 1
                     continue
                 self._seen[config_key(config)] = trial.number
                 return trial, config
+        return None
+
+    def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
+        """A trial of another process sharing the storage that took the same configuration first."""
+        key = config_key(config)
+        for t in self.study.get_trials(deepcopy=False):
+            if t.number < number and key == config_key(t.user_attrs.get("config", {})) and \
+                    (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
+                return t.number
         return None
 
     def _enqueue_random_unseen(self) -> bool:
@@ -232,10 +243,14 @@ class Tuner:
         return None
 
     def _repeat(self, trial: optuna.Trial, earlier: int) -> None:
-        """A configuration measured before: answered from the study, not run again."""
+        """A configuration measured before (or being measured by another process): answered from the study,
+        not run again."""
         before = self.study.trials[earlier]
         trial.set_user_attr("duplicate_of", earlier)
-        if before.state == TrialState.COMPLETE:
+        if before.state == TrialState.RUNNING:
+            trial.set_user_attr("reason", f"same configuration as trial {earlier}, still running elsewhere")
+            self.study.tell(trial, state=TrialState.PRUNED)
+        elif before.state == TrialState.COMPLETE:
             self.study.tell(trial, before.value)
         else:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
@@ -390,9 +405,11 @@ class Tuner:
         return {"params": params, **outcome["timing"], "rate": outcome["rate"]}
 
     def _baseline_params(self) -> dict[str, Any]:
+        """The seed kernel's configuration (parameters the family does not use are left out)."""
         builtin = load_space(self.problem.kind)
-        return builtin.validate({k: v for k, v in BASELINES[self.problem.kind].items()
-                                 if k in builtin.validate({}, dtype=self.problem.dtype, family=self.problem.family)},
+        seed = BASELINES[self.problem.kind]
+        applicable = builtin.defaults({**self.problem.family, **seed})
+        return builtin.validate({k: v for k, v in seed.items() if k in applicable},
                                 dtype=self.problem.dtype, family=self.problem.family)
 
     # -- the outcome ---------------------------------------------------------------------------------

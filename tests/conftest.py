@@ -14,3 +14,26 @@ import pytest  # noqa: E402
 def rng(request):
     """Fresh random data for every test, seeded from the test's name so a failure can be replayed."""
     return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A PostgreSQL server on loopback: $AUTOTUNE_TEST_POSTGRES, else a throwaway one started from Debian's
+    postgresql package (installed by .ci/run); the test is skipped, saying so, when neither is there."""
+    import glob
+    import subprocess
+    from pathlib import Path
+
+    if os.environ.get("AUTOTUNE_TEST_POSTGRES"):
+        yield os.environ["AUTOTUNE_TEST_POSTGRES"]
+        return
+    bins = sorted(glob.glob("/usr/lib/postgresql/*/bin"))
+    if not bins:
+        pytest.skip("no PostgreSQL: install Debian's postgresql package or set AUTOTUNE_TEST_POSTGRES=<url>")
+    out = subprocess.run(["bash", str(Path(__file__).parent / "start_postgres.sh")], capture_output=True, text=True)
+    if out.returncode:
+        pytest.fail(f"could not start PostgreSQL: {out.stderr}")
+    url, data = out.stdout.split()
+    yield url
+    stop = [f"{bins[-1]}/pg_ctl", "-D", data, "-m", "fast", "stop"]
+    subprocess.run(["runuser", "-u", "postgres", "--", *stop] if os.getuid() == 0 else stop, capture_output=True)
