@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .build import build_kernel
-from .db import DbFile, Entry, db_dir, load_file, load_folder
+from .db import Entry, db_dir, load_file, load_folder
 from .device import current_device, device_slug
 from .problem import Problem, shape_text
 from .resources import resource_dir
@@ -113,4 +113,4 @@ def default_params(problem: Problem) -> dict[str, Any]:
     return params
 
 
-__all__ = ["get_best_kernel", "TunedKernelWarning", "choose", "nearest", "default_params", "DbFile"]
+__all__ = ["get_best_kernel", "TunedKernelWarning", "choose", "nearest", "default_params"]

@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 import optuna
 from optuna.trial import TrialState
 
+from .constraints import threads as block_threads
 from .device import DeviceInfo
 from .evaluate import compile_variant, job
 from .problem import Problem
@@ -364,7 +365,7 @@ class Tuner:
             return {**built, "stage": "compile"}
         resources = built.get("resources")
         if resources:
-            threads = _threads(self.problem.kind, the_job["params"])
+            threads = block_threads(the_job["params"])
             if resources["registers"] * threads > MAX_REGISTERS_PER_BLOCK:
                 return {"ok": False, "stage": "pruned", "resources": resources,
                         "reason": f"{resources['registers']} registers x {threads} threads exceed the "
@@ -443,12 +444,6 @@ class Tuner:
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:
     d = t.user_attrs["timing"]
     return Timing(d["median_ms"], d["p20_ms"], d["p80_ms"], d["reps"])
-
-
-def _threads(kind: str, params: dict[str, Any]) -> int:
-    from .constraints import threads
-
-    return threads(params) if kind == "matmul" else params["BLOCK"]
 
 
 def _alive(pid: int) -> bool:

@@ -6,7 +6,6 @@ import warnings
 
 import numpy as np
 import pytest
-from numba import cuda
 
 from autotune import db, get_best_kernel
 from autotune.compiler import source_path

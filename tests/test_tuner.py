@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import optuna
-import pytest
 from optuna.trial import TrialState
 
 from autotune.device import current_device
