@@ -42,7 +42,8 @@ def tune_table(results, device: DeviceInfo) -> str:
     note = "" if all(r.meaningful for r in results) else \
         "\nSIMULATOR: these timings are host-clock times of a Python simulation and mean nothing about GPU speed."
     failures = [f"  {f}" for r in results for f in r.failures[:5]]
-    return (f"\nTuned on {device.name} (times: median of CUDA-event timings, L2 flushed before each run)\n"
+    method = "median of CUDA-event timings, L2 flushed before each run" if not note else "host clock, one run"
+    return (f"\nTuned on {device.name} (times: {method})\n"
             + table(["problem", "best ms", "rate", "of peak", "seed ms", "vs seed", "ok/fail/pruned",
                      "variants/min", "best configuration"], rows)
             + note + ("\nfailed trials (first 5 per problem):\n" + "\n".join(failures) if failures else ""))
