@@ -144,9 +144,7 @@ class Tuner:
         self.space = load_space(problem.kind, config.space_path)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.name = study_name(problem, device)
-        self.study = optuna.create_study(storage=open_storage(config, device), study_name=self.name,
-                                         sampler=make_sampler(config.sampler, config.seed),
-                                         direction="minimize", load_if_exists=True)
+        self.study = _open_study(open_storage(config, device), self.name, make_sampler(config.sampler, config.seed))
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}
@@ -298,8 +296,8 @@ class Tuner:
     def _feed(self, pool, compiled: queue.Queue, deadline: float | None) -> None:
         asks = 0
         while True:
-            measured, failed, _ = self._counts()
             with self._lock:
+                measured, failed, _ = self._counts()
                 busy = self._in_flight
             if measured + failed + busy >= self.config.trials:
                 if busy == 0:
@@ -350,10 +348,12 @@ class Tuner:
             trial, config, the_job, future = item
             try:
                 outcome = self._evaluate(worker, the_job, future)
-                with self._lock:
+            except Exception as exc:  # a bug of ours must not leave the trial running or the count wrong
+                outcome = {"ok": False, "stage": "run", "reason": f"tuner error: {type(exc).__name__}: {exc}"}
+            with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
+                try:
                     self._tell(trial, outcome)
-            finally:
-                with self._lock:
+                finally:
                     self._in_flight -= 1
 
     def _evaluate(self, worker: Worker, the_job: dict, future) -> dict[str, Any]:
@@ -439,6 +439,20 @@ class Tuner:
             baseline=baseline, measured=measured, failed=failed, pruned=pruned,
             per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
             meaningful=self.device.name != "CUDA simulator", failures=failures)
+
+
+def _open_study(storage, name: str, sampler) -> optuna.Study:
+    """Create or load the study. Tuners started together on a fresh database race to create its tables
+    (seen with PostgreSQL: a duplicate CREATE TYPE); the loser retries and then finds them."""
+    for attempt in range(4):
+        try:
+            return optuna.create_study(storage=storage, study_name=name, sampler=sampler, direction="minimize",
+                                       load_if_exists=True)
+        except Exception:
+            if attempt == 3 or not isinstance(storage, str):
+                raise
+            time.sleep(0.5 + random.random() * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:
