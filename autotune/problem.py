@@ -107,6 +107,7 @@ class Instance:
             lambda shape: rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype))]
         self.out = cuda.device_array(problem.out_shape, dtype=problem.dtype)
         self._expected = self._reference() if problem.kind == "reduce" else None
+        self._check64: list[np.ndarray] | None = None
 
     def _inputs(self, make) -> list[np.ndarray]:
         p = self.problem
@@ -155,7 +156,9 @@ class Instance:
         below 2**53, so float64 is exact and any wrong element makes the test fail with probability >= 1/2
         per vector (much higher for integer v drawn from a wide range). Plus 512 sampled elements exactly.
         """
-        A, B = (a.astype(np.float64) for a in self.check_host)
+        if self._check64 is None:
+            self._check64 = [a.astype(np.float64) for a in self.check_host]
+        A, B = self._check64
         M, N, K = self.problem.shape
         C64 = C.astype(np.float64)
         if M * N * K <= 1 << 27:

@@ -50,6 +50,7 @@ class SearchSpace:
     params: Mapping[str, Param]
     constraints: tuple[Mapping[str, Any], ...]
     path: str
+    starts: tuple[Mapping[str, Any], ...] = ()
 
     # -- which parameters apply -------------------------------------------------------------------
     def active(self, partial: Mapping[str, Any], family: Mapping[str, Any]) -> list[Param]:
@@ -224,7 +225,26 @@ def _parse_space(path: Path, kernel: str, builtin: SearchSpace | None) -> Search
     constraints = tuple(_parse_constraint(where, i, c, params) for i, c in enumerate(data.get("constraints") or []))
     if builtin is not None:
         constraints = builtin.constraints + constraints
-    return SearchSpace(kernel=kernel, params=params, constraints=constraints, path=where)
+    starts = tuple(_parse_start(where, i, c, params) for i, c in enumerate(data.get("starts") or []))
+    if builtin is not None:
+        starts = builtin.starts + starts
+    return SearchSpace(kernel=kernel, params=params, constraints=constraints, path=where, starts=starts)
+
+
+def _parse_start(where: str, index: int, spec: Any, params: Mapping[str, Param]) -> dict[str, Any]:
+    """A configuration to measure first (parameters left out take their defaults); values are checked here,
+    the whole configuration when a tuner validates it for its dtype and shape."""
+    here = f"{where}: start #{index + 1}"
+    if not isinstance(spec, dict):
+        raise SpaceError(f"{here}: must map parameter names to values")
+    for name, value in spec.items():
+        if name not in params:
+            raise SpaceError(f"{here}: unknown parameter {name!r}; known: {', '.join(params)}")
+        try:
+            params[name].check(value)
+        except ValueError as exc:
+            raise SpaceError(f"{here}: {exc}") from None
+    return dict(spec)
 
 
 def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) -> Param:

@@ -56,7 +56,7 @@ class TuneConfig:
     state_dir: Path = Path("autotune-out")
     devices: tuple[int, ...] = (0,)
     space_path: str | None = None
-    compile_workers: int = max(1, min(8, (os.cpu_count() or 2) - 1))
+    compile_workers: int = max(1, min(16, (os.cpu_count() or 2) - 1))
     job_timeout_s: float = 90.0
     baseline: bool = True
 
@@ -255,6 +255,19 @@ class Tuner:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
             self.study.tell(trial, state=TrialState.FAIL)
 
+    def _enqueue_starts(self) -> None:
+        """The search space's starting configurations are measured first (those valid for this problem and
+        not in the study yet), so the sampler begins from known-good regions; on resume nothing is added twice."""
+        if self.config.sampler == "grid":
+            return
+        for start in self.space.starts:
+            try:
+                config = self.space.validate(start, dtype=self.problem.dtype, family=self.problem.family)
+            except ValueError:
+                continue
+            if config_key(config) not in self._seen:
+                self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
+
     def _enqueue_next_grid_point(self) -> None:
         if self._grid is None:
             self._grid = iter(self.space.configurations(self.problem.family))
@@ -271,6 +284,7 @@ class Tuner:
         if recovered:
             self.report(f"resumed: {recovered} interrupted trial(s) queued again")
         self._index_seen()
+        self._enqueue_starts()
         start = time.monotonic()
         measured_before, _, _ = self._counts()
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
@@ -375,7 +389,7 @@ class Tuner:
         return {**measured, "stage": stage, "resources": resources, "compile_s": built.get("compile_s")}
 
     def _tell(self, trial: optuna.Trial, outcome: dict[str, Any]) -> None:
-        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits"):
+        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits", "measure_s"):
             if outcome.get(key) is not None:
                 trial.set_user_attr(key, outcome[key])
         if outcome["ok"]:

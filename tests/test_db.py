@@ -64,11 +64,23 @@ def good_file(tmp_path):
     return path
 
 
+def test_an_entry_written_before_a_parameter_existed_loads_with_its_default(tmp_path):
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry(strategy="tiled")])
+    data = yaml.safe_load(path.read_text())
+    written = data["entries"][0]["params"]
+    del written["THREAD_LAYOUT"]
+    path.write_text(yaml.safe_dump(data))
+    loaded = db.load_file(path, strict=True)
+    [params] = [e.params for e in loaded.entries]
+    assert params == {**written, "THREAD_LAYOUT": "contiguous"}
+
+
 @pytest.mark.parametrize("field, value, message", [
     ("params", {"strategy": "tiled", "BM": "64); import os"}, "field 'params': parameter BM='64); import os' is not allowed"),
     ("params", {"strategy": "tiled", "BM": 96}, "parameter BM=96 is not allowed"),
     ("params", {"strategy": "naive", "XX": 1}, "unknown parameter 'XX'"),
-    ("params", {"strategy": "tiled"}, "parameter BM is missing"),
+    ("params", {"strategy": "tiled", "BM": 16, "BN": 16}, "threads per block = 4"),
     ("shape", [64, "64", 64], "field 'shape' must be a list of positive integers"),
     ("dtype", "float16", "field 'dtype' is 'float16'"),
     ("time", {"median_ms": "fast"}, "field 'time' must hold numbers"),

@@ -109,6 +109,10 @@ def test_user_space_narrows_values(tmp_path):
     ("kernel: reduce\nparams: {}", "expected a mapping with 'kernel: matmul'"),
     ("kernel: matmul\nparams: {BM: !!python/object/apply:os.system ['true']}", "cannot read search space"),
     ("{{{", "cannot read search space"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64, XX: 1}]", "start #1: unknown parameter 'XX'"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64}, {BM: '64); import os'}]",
+     "start #2: parameter BM='64); import os' is not allowed"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [[BM, 64]]", "start #1: must map parameter names"),
 ])
 def test_malformed_user_space_files(tmp_path, body, message):
     path = tmp_path / "bad.yaml"

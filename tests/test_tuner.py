@@ -62,6 +62,23 @@ def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
                for t in trials if t.state == TrialState.PRUNED)
 
 
+def test_starting_configurations_are_measured_first_where_valid(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                     "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                     "constraints:\n  - {name: divides, args: [VEC, ITEMS]}\n"
+                     "starts:\n  - {BLOCK: 128, VEC: 2}\n  - {BLOCK: 64}\n")
+    config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
+                        baseline=False)
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    tuner.run()
+    first = tuner.study.trials[0]
+    assert first.state == TrialState.COMPLETE and first.user_attrs["config"]["BLOCK"] == 64
+    tuner.run()  # a second run on the same study adds the start again only if it is missing
+    assert sum(t.user_attrs.get("config", {}).get("BLOCK") == 64 and "duplicate_of" not in t.user_attrs
+               for t in tuner.study.trials) == 1
+
+
 def run_cli(args, cwd, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, text=True,
