@@ -52,3 +52,18 @@ def flat(d):
 
 def aligned(d, width: int) -> bool:
     return device_pointer(d) % (width * np.dtype(d.dtype).itemsize) == 0
+
+
+def plan_key(*xs: Any) -> tuple | None:
+    """What identifies a call's device arrays (pointer, shape, strides, dtype of each; None entries allowed);
+    None when one is a host array or not an array at all."""
+    key = []
+    for x in xs:
+        if x is None:
+            key.append(None)
+            continue
+        interface = getattr(x, "__cuda_array_interface__", None)
+        if interface is None:
+            return None
+        key.append((interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"]))
+    return tuple(key)

@@ -20,6 +20,7 @@ from .device import current_device
 from .lookup import choose, database_folder
 from .problem import Instance, Problem
 from .report import fraction_of_peak, table, versions
+from .space import load_space
 from .timing import L2Flusher, bench
 
 SEEDS = {"matmul": [("seed naive", {"strategy": "naive"}), ("seed shared16", {"strategy": "shared16"})],
@@ -93,7 +94,9 @@ def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
     inst = Instance(problem, rng)
     params, note = choose(problem, folder)
     rows = []
-    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *SEEDS[problem.kind]]:
+    space = load_space(problem.kind)
+    seeds = [(name, space.restrict(p, dtype=problem.dtype, family=problem.family)) for name, p in SEEDS[problem.kind]]
+    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds]:
         kernel = build_kernel(problem.kind, p, problem.dtype, **problem.family)
         error = inst.check(kernel)
         if error:
@@ -110,6 +113,15 @@ def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
     return rows
 
 
+def bench_name(problem: Problem) -> str:
+    """File name stem of a bench: one per kind, op, axis and dtype, so different runs do not overwrite."""
+    dtype = "" if problem.dtype == "float32" else f"-{problem.dtype}"
+    if problem.kind == "matmul":
+        return "matmul" + dtype
+    axis = problem.family["axis"]
+    return f"reduce-{problem.family['op']}" + ("" if axis is None else f"-axis{axis}") + dtype
+
+
 def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     device = current_device()
     folder = database_folder(db)
@@ -122,7 +134,7 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)
     kind = problems[0].kind
-    name = kind if kind == "matmul" else f"reduce-{problems[0].family['op']}"
+    name = bench_name(problems[0])
     command = "autotune " + " ".join(sys.argv[1:])
     header = (f"# autotune bench {kind} on {device.name}\n\n"
               f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"

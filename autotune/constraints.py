@@ -75,6 +75,14 @@ def _tile_loads_even(p, ctx):
     return None
 
 
+def _warp_grid_fits(p, ctx):
+    rows = p["WARP_ROWS"]
+    if rows and ((p["BM"] // p["TM"]) % rows or (p["BN"] // p["TN"]) % (32 // rows)):
+        return (f"WARP_ROWS={rows}: a warp's {rows} x {32 // rows} threads must tile the BM/TM x BN/TN = "
+                f"{p['BM'] // p['TM']} x {p['BN'] // p['TN']} thread grid")
+    return None
+
+
 def _vector_bytes_at_most(p, ctx, max):
     if p["VEC"] * ctx.itemsize > max:
         return f"VEC={p['VEC']} x {ctx.itemsize}-byte {ctx.dtype} exceeds a {max}-byte vector access"
@@ -99,6 +107,7 @@ PREDICATES: dict[str, tuple[Callable[..., str | None], frozenset[str]]] = {
     "divides": (_divides, frozenset()),
     "threads_between": (_threads_between, frozenset()),
     "tile_loads_even": (_tile_loads_even, frozenset({"BM", "BN", "BK", "TM", "TN", "VEC"})),
+    "warp_grid_fits": (_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "vector_bytes_at_most": (_vector_bytes_at_most, frozenset({"VEC"})),
     "accumulators_at_most": (_accumulators_at_most, frozenset({"TM", "TN"})),
     "shared_bytes_at_most": (_shared_bytes_at_most, frozenset()),

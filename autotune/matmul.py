@@ -11,6 +11,7 @@ import numpy as np
 
 from . import arrays
 from .constraints import matmul_threads
+from .launch import Plan, Planned
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 INT32_MAX = 2**31 - 1
@@ -56,8 +57,12 @@ def signature(params: Mapping[str, Any], dtype: str) -> str:
     return f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {', '.join([it] * 7)}, boolean)"
 
 
-class MatmulKernel:
-    """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts."""
+class MatmulKernel(Planned):
+    """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts.
+
+    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
+    ``k.bind(A, B, out=C)`` returns that plan to call directly.
+    """
 
     kind = "matmul"
 
@@ -114,6 +119,21 @@ class MatmulKernel:
         return self._launches[key]
 
     def __call__(self, A, B, out=None):
+        if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out))):
+            plan()
+            return out
+        C, run = self._prepare(A, B, out)
+        run()
+        if out is None and arrays.is_host(A) and arrays.is_host(B):
+            return C.copy_to_host()
+        return out if out is not None else C
+
+    def bind(self, A, B, out=None) -> Plan:
+        """The call ``k(A, B, out=out)`` checked once; calling the plan launches it again and returns C."""
+        C, run = self._prepare(A, B, out)
+        return Plan(self._record(run), C)
+
+    def _prepare(self, A, B, out):
         dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
         dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
         (M, K), (K2, N) = dA.shape, dB.shape
@@ -122,10 +142,8 @@ class MatmulKernel:
         if min(M, N, K) == 0:
             raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
         C = self._output(out, M, N)
-        self.launch(a_flat, b_flat, arrays.flat(C), M, N, K, lda, ldb)
-        if out is None and arrays.is_host(A) and arrays.is_host(B):
-            return C.copy_to_host()
-        return out if out is not None else C
+        c_flat = arrays.flat(C)
+        return C, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb)
 
     def _output(self, out, M: int, N: int):
         from numba import cuda
@@ -151,15 +169,15 @@ class MatmulKernel:
         vec_ok = bool(all(arrays.aligned(x, vec) for x in (a_flat, b_flat, c_flat))
                       and lda % vec == 0 and ldb % vec == 0 and N % vec == 0)
         if p.get("SPLIT_K", 1) > 1:  # the template combines K slices with atomics
-            fill(self.module, c_flat, 0)
+            self._enqueue(*fill(self.module, c_flat, 0))
         i = self._int
-        configured(a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk), vec_ok)
+        self._enqueue(configured, a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk), vec_ok)
 
 
-def fill(module, d, value) -> None:
-    """Set every element of a flat device array with the module's fill kernel (no host round trip)."""
+def fill(module, d, value) -> tuple:
+    """The launch that sets every element of a flat device array to ``value`` with the module's fill kernel."""
     threads = 256
-    module.fill[max(1, -(-d.size // threads)), threads](d, d.dtype.type(value))
+    return module.fill[max(1, -(-d.size // threads)), threads], d, d.dtype.type(value)
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -12,6 +12,7 @@ import numpy as np
 
 from . import arrays
 from .device import current_device
+from .launch import Plan, Planned
 from .matmul import fill
 
 OPS = ("sum", "max", "min", "dot")
@@ -44,8 +45,12 @@ def entry_name(family: Mapping[str, Any]) -> str:
     return {None: "reduce_all", 1: "reduce_rows", 0: "reduce_cols"}[family["axis"]]
 
 
-class ReduceKernel:
-    """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot."""
+class ReduceKernel(Planned):
+    """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot.
+
+    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
+    ``k.bind(x, out=r)`` returns that plan to call directly.
+    """
 
     kind = "reduce"
 
@@ -76,6 +81,23 @@ class ReduceKernel:
     def __call__(self, x, y=None, *, axis: Any = "as built", out=None):
         if axis != "as built" and axis != self.axis:
             raise ValueError(f"this kernel was built for axis={self.axis}; build another with axis={axis!r}")
+        if out is not None and (plan := self._plan_for((x, y), out, lambda: self.bind(x, y, out=out))):
+            plan()
+            return out
+        result, run = self._prepare(x, y, out)
+        run()
+        host = arrays.is_host(x) and (y is None or arrays.is_host(y)) and out is None
+        if host:
+            value = result.copy_to_host()
+            return value[0] if self.axis is None else value
+        return out if out is not None else result
+
+    def bind(self, x, y=None, *, out=None) -> Plan:
+        """The call ``k(x[, y], out=out)`` checked once; calling the plan launches it again and returns the output."""
+        result, run = self._prepare(x, y, out)
+        return Plan(self._record(run), result)
+
+    def _prepare(self, x, y, out):
         if (y is None) != (self.op != "dot"):
             raise TypeError("dot takes two arrays: k(a, b)" if self.op == "dot" else f"{self.op} takes one array")
         dx = self._input(x, "x")
@@ -86,14 +108,9 @@ class ReduceKernel:
             raise ValueError(f"axis={self.axis} needs a 2-D array, got shape {tuple(dx.shape)}")
         result = self._output(out, dx)
         if dx.size == 0:
-            self._empty(result, dx)
-        else:
-            self.launch(arrays.flat(dx), arrays.flat(dy), result, tuple(dx.shape))
-        host = arrays.is_host(x) and (y is None or arrays.is_host(y)) and out is None
-        if host:
-            value = result.copy_to_host()
-            return value[0] if self.axis is None else value
-        return out if out is not None else result
+            return result, lambda: self._empty(result, dx)
+        x_flat, y_flat = arrays.flat(dx), arrays.flat(dy)
+        return result, lambda: self.launch(x_flat, y_flat, result, tuple(dx.shape))
 
     def _input(self, x, name: str):
         d = arrays.to_device(x, name)
@@ -120,7 +137,7 @@ class ReduceKernel:
         if self.op in ("max", "min"):
             raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
         if result.size:
-            fill(self.module, result, 0)
+            self._enqueue(*fill(self.module, result, 0))
 
     # -- launching -------------------------------------------------------------------------------
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...]) -> None:
@@ -134,20 +151,20 @@ class ReduceKernel:
         vec_ok = vec_ok and N % p["VEC"] == 0
         configured, extra = self._config(shape)
         if self.axis == 1:
-            configured(x_flat, y_flat, M, N, out, vec_ok)
+            self._enqueue(configured, x_flat, y_flat, M, N, out, vec_ok)
         else:
             if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
-                fill(self.module, out, float(_host_identity(self.op)))
-            configured(x_flat, y_flat, M, N, out, extra[0], vec_ok)
+                self._enqueue(*fill(self.module, out, float(_host_identity(self.op))))
+            self._enqueue(configured, x_flat, y_flat, M, N, out, extra[0], vec_ok)
 
     def _launch_all(self, x_flat, y_flat, out, n: int, vec_ok: bool) -> None:
         configured, (partial, blocks) = self._config((n,))
         combine = self.params["COMBINE"]
         if combine == "atomic":
-            fill(self.module, out, float(_host_identity(self.op)))
-        configured(x_flat, y_flat, n, partial, self._counter_array(), out, vec_ok)
+            self._enqueue(*fill(self.module, out, float(_host_identity(self.op))))
+        self._enqueue(configured, x_flat, y_flat, n, partial, self._counter_array(), out, vec_ok)
         if combine == "two_pass":
-            self.module.finish[1, self.params["BLOCK"]](partial, blocks, out)
+            self._enqueue(self.module.finish[1, self.params["BLOCK"]], partial, blocks, out)
 
     def _counter_array(self):
         from numba import cuda

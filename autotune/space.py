@@ -100,6 +100,12 @@ class SearchSpace:
             raise ValueError(f"invalid {self.kernel} configuration: {problem}")
         return chosen
 
+    def restrict(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> dict[str, Any]:
+        """``params`` validated after dropping those that do not apply to ``family`` (seed kernels are written
+        once for every family, e.g. a COMBINE that only whole-array reductions have)."""
+        applicable = self.defaults({**family, **params})
+        return self.validate({k: v for k, v in params.items() if k in applicable}, dtype=dtype, family=family)
+
     def violation(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> str | None:
         """The first constraint the (type-checked) configuration breaks, as a sentence, or None."""
         ctx = Context(dtype=dtype, family=family)

@@ -291,19 +291,20 @@ class Tuner:
         compiled: queue.Queue = queue.Queue(maxsize=cfg.compile_workers + len(cfg.devices))
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s) for d in cfg.devices]
         baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
-        with cf.ProcessPoolExecutor(max_workers=cfg.compile_workers, mp_context=mp.get_context("spawn")) as pool:
-            threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
+        pool = cf.ProcessPoolExecutor(max_workers=cfg.compile_workers, mp_context=mp.get_context("spawn"))
+        threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
+        for t in threads:
+            t.start()
+        try:
+            self._feed(pool, compiled, deadline)
+        finally:
+            for _ in threads:
+                compiled.put(None)
             for t in threads:
-                t.start()
-            try:
-                self._feed(pool, compiled, deadline)
-            finally:
-                for _ in threads:
-                    compiled.put(None)
-                for t in threads:
-                    t.join()
-                for w in workers:
-                    w.close()
+                t.join()
+            for w in workers:
+                w.close()
+            pool.shutdown(wait=True, cancel_futures=True)  # compiles not yet started are dropped, not awaited
         measured, _, _ = self._counts()
         return self.result(baseline, time.monotonic() - start, measured - measured_before)
 
@@ -421,11 +422,8 @@ class Tuner:
 
     def _baseline_params(self) -> dict[str, Any]:
         """The seed kernel's configuration (parameters the family does not use are left out)."""
-        builtin = load_space(self.problem.kind)
-        seed = BASELINES[self.problem.kind]
-        applicable = builtin.defaults({**self.problem.family, **seed})
-        return builtin.validate({k: v for k, v in seed.items() if k in applicable},
-                                dtype=self.problem.dtype, family=self.problem.family)
+        return load_space(self.problem.kind).restrict(BASELINES[self.problem.kind], dtype=self.problem.dtype,
+                                                      family=self.problem.family)
 
     # -- the outcome ---------------------------------------------------------------------------------
     def best_trial(self) -> optuna.trial.FrozenTrial | None:

@@ -1,0 +1,90 @@
+"""Low-overhead launches: a kernel call checked and prepared once, then replayed for the cost of its launches.
+
+A checked call (``k(x, out=r)``) converts and validates arrays, picks the launch configuration and lets Numba's
+dispatcher type the arguments: 100-200 us of host time, which is more than a whole reduction of 2**20 elements
+takes on the GPU. ``Plan`` keeps what such a call launched, with each kernel's arguments already packed, and
+replays it with one cuda.core launch per kernel: no typing, no checks, no allocation, no synchronisation.
+
+Packing uses two internals of numba-cuda's kernel object (``_prepare_args`` and ``_codelibrary``); where they are
+missing (the CUDA simulator, another numba-cuda) a launch is replayed through the dispatcher instead, which is
+slower but the same computation.
+"""
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable
+
+from . import arrays
+
+MAX_PLANS = 32
+
+
+class Plan:
+    """The launches of one call, replayed in order on the stream they were made for; returns the output."""
+
+    def __init__(self, steps: list[Callable[[], Any]], out):
+        self._steps = steps
+        self.out = out
+
+    def __call__(self):
+        for step in self._steps:
+            step()
+        return self.out
+
+    def __len__(self) -> int:
+        return len(self._steps)
+
+
+def bind(configured, args: tuple) -> Callable[[], Any]:
+    """``configured(*args)`` (a Numba launch configuration and its arguments) as a call with nothing left to do
+    but launch."""
+    try:
+        return _packed_launch(configured, args)
+    except (AttributeError, TypeError, KeyError, ImportError):
+        return functools.partial(configured, *args)
+
+
+def _packed_launch(configured, args: tuple) -> Callable[[], Any]:
+    from cuda.core import LaunchConfig, launch
+
+    dispatcher = configured.dispatcher
+    kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+    packed: list = []
+    for ty, value in zip(kernel.argument_types, args):
+        kernel._prepare_args(ty, value, configured.stream, [], packed)
+    config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=configured.sharedmem)
+    return functools.partial(launch, configured.stream, config, kernel._codelibrary.get_cufunc().kernel, *packed)
+
+
+class Planned:
+    """Mixin of the kernel classes: launches go through ``_enqueue``, so a checked call can be recorded as a Plan,
+    and calls with device arrays and ``out=`` are served from plans kept per (pointers, shapes, dtypes)."""
+
+    _recording: list | None = None
+
+    def _enqueue(self, configured, *args) -> None:
+        if self._recording is not None:
+            self._recording.append(bind(configured, args))
+        else:
+            configured(*args)
+
+    def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
+        self._recording = []
+        try:
+            run()
+            return self._recording
+        finally:
+            self._recording = None
+
+    def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan]) -> Plan | None:
+        """The plan for a call on exactly these device arrays (None when one of them is a host array)."""
+        key = arrays.plan_key(*inputs, out)
+        if key is None:
+            return None
+        plans = self.__dict__.setdefault("_plans", {})
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) >= MAX_PLANS:
+                plans.clear()
+            plan = plans[key] = make()
+        return plan
