@@ -114,6 +114,8 @@ def _tune_args(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--compile-workers", type=int, help="CPU processes compiling ahead of the GPU")
     p.add_argument("--job-timeout", type=float, default=90.0,
                    help="seconds a variant may take to check and time before its worker is restarted (default 90)")
+    p.add_argument("--compile-timeout", type=float, default=120.0,
+                   help="seconds a variant may take to compile before it counts as failed (default 120)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")
@@ -172,7 +174,8 @@ def run_tune(args) -> int:
     problems = problems_of(args, kind, suite)
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
                         seed=args.seed, storage=args.storage, state_dir=args.state_dir, devices=devices,
-                        space_path=args.space, job_timeout_s=args.job_timeout)
+                        space_path=args.space, job_timeout_s=args.job_timeout,
+                        compile_timeout_s=args.compile_timeout)
     if args.compile_workers:
         config.compile_workers = args.compile_workers
     elif sim:

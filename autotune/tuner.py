@@ -58,6 +58,7 @@ class TuneConfig:
     space_path: str | None = None
     compile_workers: int = max(1, min(16, (os.cpu_count() or 2) - 1))
     job_timeout_s: float = 90.0
+    compile_timeout_s: float = 120.0
     baseline: bool = True
 
 
@@ -304,7 +305,7 @@ class Tuner:
                 t.join()
             for w in workers:
                 w.close()
-            pool.shutdown(wait=True, cancel_futures=True)  # compiles not yet started are dropped, not awaited
+            _stop_pool(pool)
         measured, _, _ = self._counts()
         return self.result(baseline, time.monotonic() - start, measured - measured_before)
 
@@ -362,7 +363,7 @@ class Tuner:
                 return
             trial, config, the_job, future = item
             try:
-                outcome = self._evaluate(worker, the_job, future)
+                outcome = {**self._evaluate(worker, the_job, future), "gpu": worker.device}
             except Exception as exc:  # a bug of ours must not leave the trial running or the count wrong
                 outcome = {"ok": False, "stage": "run", "reason": f"tuner error: {type(exc).__name__}: {exc}"}
             with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
@@ -373,7 +374,10 @@ class Tuner:
 
     def _evaluate(self, worker: Worker, the_job: dict, future) -> dict[str, Any]:
         try:
-            built = future.result()
+            built = future.result(timeout=self.config.compile_timeout_s)
+        except cf.TimeoutError:
+            return {"ok": False, "stage": "compile",
+                    "reason": f"compile took longer than {self.config.compile_timeout_s:.0f} s"}
         except Exception as exc:  # the compile process itself died
             return {"ok": False, "stage": "compile", "reason": f"compile process failed: {exc}"}
         if not built["ok"]:
@@ -390,7 +394,7 @@ class Tuner:
         return {**measured, "stage": stage, "resources": resources, "compile_s": built.get("compile_s")}
 
     def _tell(self, trial: optuna.Trial, outcome: dict[str, Any]) -> None:
-        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits", "measure_s"):
+        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits", "measure_s", "gpu"):
             if outcome.get(key) is not None:
                 trial.set_user_attr(key, outcome[key])
         if outcome["ok"]:
@@ -451,6 +455,17 @@ class Tuner:
             baseline=baseline, measured=measured, failed=failed, pruned=pruned,
             per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
             meaningful=self.device.name != "CUDA simulator", failures=failures)
+
+
+def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
+    """Drop compiles not yet started and stop those still running: a compile that outlived its trial (timed
+    out, or past the deadline) must not hold the run open. The executor has no public way to stop a running
+    job, hence its process table."""
+    pool.shutdown(wait=False, cancel_futures=True)
+    processes = getattr(pool, "_processes", None) or {}
+    for process in list(processes.values()):
+        process.terminate()
+    pool.shutdown(wait=True)
 
 
 def _open_study(storage, name: str, sampler) -> optuna.Study:
