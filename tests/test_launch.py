@@ -1,0 +1,55 @@
+"""Plans: a checked call recorded once and replayed (simulator: replays go through the dispatcher)."""
+import numpy as np
+from numba import cuda
+
+from autotune import build_kernel
+from autotune.arrays import plan_key
+from autotune.launch import Plan, bind
+
+
+class CudaArrayLike:
+    def __init__(self, ptr, shape, typestr="<f4"):
+        self.__cuda_array_interface__ = {"data": (ptr, False), "shape": shape, "strides": None,
+                                         "typestr": typestr, "version": 3}
+
+
+def test_plan_key_names_pointer_shape_and_dtype_and_refuses_host_arrays():
+    a, b = CudaArrayLike(4096, (3, 5)), CudaArrayLike(8192, (5,))
+    assert plan_key(a, None, b) == ((4096, (3, 5), None, "<f4"), None, (8192, (5,), None, "<f4"))
+    assert plan_key(a, b) != plan_key(a, CudaArrayLike(8192, (5,), "<f8"))
+    assert plan_key(a, np.zeros(3)) is None
+
+
+def test_bind_falls_back_to_calling_the_configuration():
+    calls = []
+    step = bind(lambda *args: calls.append(args), (1, 2))
+    step()
+    step()
+    assert calls == [(1, 2), (1, 2)]
+
+
+def test_a_replayed_reduction_plan_computes_on_the_arrays_current_contents():
+    rng = np.random.default_rng()
+    kernel = build_kernel("reduce", {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "COMBINE": "atomic"}, "float32", op="dot")
+    x, y = (cuda.to_device(rng.integers(-8, 9, 997).astype(np.float32)) for _ in range(2))
+    out = cuda.to_device(np.full(1, np.nan, np.float32))
+    plan = kernel.bind(x, y, out=out)
+    assert isinstance(plan, Plan) and len(plan) == 2  # the fill for the atomic combine, then the kernel
+    for _ in range(2):
+        hx, hy = (rng.integers(-8, 9, 997).astype(np.float32) for _ in range(2))
+        x.copy_to_device(hx)
+        y.copy_to_device(hy)
+        out.copy_to_device(np.full(1, np.nan, np.float32))
+        assert plan() is out
+        assert out.copy_to_host()[0] == np.dot(hx.astype(np.float64), hy.astype(np.float64))
+
+
+def test_a_replayed_split_k_matmul_plan_clears_its_output_first():
+    rng = np.random.default_rng()
+    kernel = build_kernel("matmul", {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 2, "SPLIT_K": 2}, "float32")
+    A, B = (rng.integers(-2, 3, s).astype(np.float32) for s in ((37, 29), (29, 41)))
+    C = cuda.to_device(np.full((37, 41), np.nan, np.float32))
+    plan = kernel.bind(cuda.to_device(A), cuda.to_device(B), out=C)
+    for _ in range(2):  # a second replay must not add onto the first result
+        plan()
+        assert np.array_equal(C.copy_to_host(), A.astype(np.float64) @ B)
