@@ -94,7 +94,7 @@ def measure_variant(job: dict[str, Any]) -> dict[str, Any]:
         clock.append(time.perf_counter())
         result = {"ok": True, "timing": timing.as_dict(), "meaningful": timing.meaningful,
                   "rate": problem.rate(timing.median_ms / 1e3),
-                  "measure_s": dict(zip(("load", "check", "time"), (round(b - a, 3) for a, b in zip(clock, clock[1:]))))}
+                  "measure_s": dict(zip(("load", "check", "time"), _intervals(clock)))}
         stats = getattr(kernel.kernel, "stats", None)
         if stats is not None:
             result["cache_hits"] = int(sum(stats.cache_hits.values()))
@@ -102,6 +102,10 @@ def measure_variant(job: dict[str, Any]) -> dict[str, Any]:
     except Exception as exc:
         return {"ok": False, "reason": f"failed on the device: {type(exc).__name__}: {exc}",
                 "detail": traceback.format_exc(limit=3)}
+
+
+def _intervals(clock: list[float]) -> list[float]:
+    return [round(b - a, 3) for a, b in zip(clock, clock[1:])]
 
 
 _flusher_instance = None

@@ -12,11 +12,13 @@ slower but the same computation.
 from __future__ import annotations
 
 import functools
+import threading
 from typing import Any, Callable
 
 from . import arrays
 
 MAX_PLANS = 32
+_recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
 
 
 class Plan:
@@ -60,21 +62,20 @@ class Planned:
     """Mixin of the kernel classes: launches go through ``_enqueue``, so a checked call can be recorded as a Plan,
     and calls with device arrays and ``out=`` are served from plans kept per (pointers, shapes, dtypes)."""
 
-    _recording: list | None = None
-
     def _enqueue(self, configured, *args) -> None:
-        if self._recording is not None:
-            self._recording.append(bind(configured, args))
+        steps = getattr(_recording, "steps", None)
+        if steps is not None:
+            steps.append(bind(configured, args))
         else:
             configured(*args)
 
     def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
-        self._recording = []
+        _recording.steps = steps = []
         try:
             run()
-            return self._recording
+            return steps
         finally:
-            self._recording = None
+            _recording.steps = None
 
     def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan]) -> Plan | None:
         """The plan for a call on exactly these device arrays (None when one of them is a host array)."""
