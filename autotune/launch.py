@@ -77,6 +77,11 @@ class Planned:
         finally:
             _recording.steps = None
 
+    def _plan(self, prepared: tuple) -> Plan:
+        """A Plan of what ``run`` launches, from a kernel's ``_prepare`` result ``(output, run)``."""
+        out, run = prepared
+        return Plan(self._record(run), out)
+
     def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan]) -> Plan | None:
         """The plan for a call on exactly these device arrays (None when one of them is a host array)."""
         key = arrays.plan_key(*inputs, out)

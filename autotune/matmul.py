@@ -130,8 +130,7 @@ class MatmulKernel(Planned):
 
     def bind(self, A, B, out=None) -> Plan:
         """The call ``k(A, B, out=out)`` checked once; calling the plan launches it again and returns C."""
-        C, run = self._prepare(A, B, out)
-        return Plan(self._record(run), C)
+        return self._plan(self._prepare(A, B, out))
 
     def _prepare(self, A, B, out):
         dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")

@@ -94,8 +94,7 @@ class ReduceKernel(Planned):
 
     def bind(self, x, y=None, *, out=None) -> Plan:
         """The call ``k(x[, y], out=out)`` checked once; calling the plan launches it again and returns the output."""
-        result, run = self._prepare(x, y, out)
-        return Plan(self._record(run), result)
+        return self._plan(self._prepare(x, y, out))
 
     def _prepare(self, x, y, out):
         if (y is None) != (self.op != "dot"):
