@@ -160,6 +160,7 @@ def run_tune(args) -> int:
     if not require_gpu(args, kind):
         return 3
     from . import report
+    from .db import db_dir, db_path, entry_for
     from .device import current_device
     from .tuner import TuneConfig, Tuner
 
@@ -184,10 +185,12 @@ def run_tune(args) -> int:
         print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
               file=sys.stderr)
     results = []
+    db_file = db_path(db_dir(args.db), device.name)
     for problem in problems:
         print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler})",
               file=sys.stderr)
-        results.append(Tuner(problem, config, device).run())
+        incumbent = entry_for(db_file, problem)
+        results.append(Tuner(problem, config, device, incumbent=incumbent.params if incumbent else None).run())
     print(report.tune_table(results, device))
     write = (args.write_db or not sim) and not args.no_db
     if write:

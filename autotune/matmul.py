@@ -48,6 +48,26 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
     return ctx
 
 
+def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, space) -> list[dict[str, Any]]:
+    """Copies of a tiled starting configuration whose split-K fills the GPU for this shape.
+
+    A start written for big squares leaves most SMs idle on a skinny or small problem (128x64 tiles of 8192x128
+    are 128 blocks for 132 SMs); splitting K gives the smallest split that reaches one and two waves of blocks,
+    as long as each split keeps at least two K tiles.
+    """
+    if start.get("strategy", "tiled") != "tiled" or start.get("SPLIT_K", 1) != 1:
+        return []
+    splits = space.params["SPLIT_K"].values
+    M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"])
+    found = []
+    for waves in (1, 2):
+        split = next((s for s in splits if blocks * s >= waves * sm_count), None)
+        if split and split > 1 and K >= 2 * start["BK"] * split and split not in found:
+            found.append(split)
+    return [{**start, "SPLIT_K": s} for s in found]
+
+
 def index_type(params: Mapping[str, Any]) -> str:
     return "int32" if params.get("INDEX_BITS") == 32 else "int64"
 

@@ -72,7 +72,8 @@ def write_results(results, device: DeviceInfo, db: str | None, config, force: bo
     from .db import db_dir, db_path, entry_record, parse_entry, write_entries
     from .render import template_hash
 
-    entries = []
+    path = db_path(db_dir(db), device.name)
+    lines = []
     for r in results:
         if not r.best:
             continue
@@ -81,9 +82,9 @@ def write_results(results, device: DeviceInfo, db: str | None, config, force: bo
             baseline=_rounded(r.baseline), resources=r.resources, device=device.as_dict(), versions=versions(),
             template_hash=template_hash(r.problem.kind), trials=r.measured,
             date=datetime.date.today().isoformat())
-        entries.append(parse_entry(record))
-    path = db_path(db_dir(db), device.name)
-    lines = write_entries(path, device.as_dict(), entries, force=force)
+        # A run that measured the current entry's configuration itself has compared them fairly: its best
+        # replaces the entry even if the entry's recorded time (perhaps from older code) is lower.
+        lines += write_entries(path, device.as_dict(), [parse_entry(record)], force=force or r.incumbent_measured)
     return lines + [f"database: {path}"]
 
 

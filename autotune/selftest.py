@@ -65,17 +65,15 @@ def selftest(small: bool = False, kinds=("matmul", "reduce"), dtypes=("float32",
 
 def _compile_ahead(plan, out) -> None:
     """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
     import os
 
     from .evaluate import compile_variant, job
+    from .worker import compile_pool
 
     jobs = [job(Problem(kind, shapes[0], dtype, family), params)
             for kind, dtype, family, shapes, sample in plan for params in sample]
     t0 = time.time()
-    with cf.ProcessPoolExecutor(max_workers=max(1, (os.cpu_count() or 2) - 1),
-                                mp_context=mp.get_context("spawn")) as pool:
+    with compile_pool(max(1, (os.cpu_count() or 2) - 1)) as pool:
         reports = list(pool.map(compile_variant, jobs))
     spills = sum(1 for r in reports if r["ok"] and r["resources"] and r["resources"]["spill_stores"])
     bad = [(j, r["reason"]) for j, r in zip(jobs, reports) if not r["ok"]]

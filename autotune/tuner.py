@@ -13,7 +13,6 @@ see them as ordered) and the names themselves for the others; the user attribute
 from __future__ import annotations
 
 import concurrent.futures as cf
-import multiprocessing as mp
 import os
 import queue
 import random
@@ -29,13 +28,14 @@ from typing import Any, Callable, Iterator
 import optuna
 from optuna.trial import TrialState
 
+from .build import FAMILIES
 from .constraints import threads as block_threads
 from .device import DeviceInfo
 from .evaluate import compile_variant, job
 from .problem import Problem
 from .space import SearchSpace, load_space
 from .timing import Timing
-from .worker import Worker
+from .worker import Worker, compile_pool
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -77,6 +77,7 @@ class TuneResult:
     per_minute: float
     meaningful: bool = True
     failures: list[str] = field(default_factory=list)
+    incumbent_measured: bool = False
 
 
 def study_name(problem: Problem, device: DeviceInfo) -> str:
@@ -138,8 +139,11 @@ class Tuner:
     """Tunes one problem on one or more GPUs of one model into one study."""
 
     def __init__(self, problem: Problem, config: TuneConfig, device: DeviceInfo,
-                 report: Callable[[str], None] | None = None):
+                 report: Callable[[str], None] | None = None, incumbent: dict[str, Any] | None = None):
+        """``incumbent``: the database's current winner for this problem, measured first so that the run's best
+        is compared with it under the same conditions (its recorded time may come from older code)."""
         self.problem = problem
+        self.incumbent = incumbent
         self.config = config
         self.device = device
         self.space = load_space(problem.kind, config.space_path)
@@ -257,17 +261,28 @@ class Tuner:
             self.study.tell(trial, state=TrialState.FAIL)
 
     def _enqueue_starts(self) -> None:
-        """The search space's starting configurations are measured first (those valid for this problem and
-        not in the study yet), so the sampler begins from known-good regions; on resume nothing is added twice."""
+        """The database's current winner and the search space's starting configurations are measured first
+        (those valid for this problem and not in the study yet), so the sampler begins from known-good regions;
+        on resume nothing is added twice."""
         if self.config.sampler == "grid":
             return
-        for start in self.space.starts:
-            try:
-                config = self.space.validate(start, dtype=self.problem.dtype, family=self.problem.family)
-            except ValueError:
-                continue
-            if config_key(config) not in self._seen:
-                self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
+        starts = ([self.incumbent] if self.incumbent else []) + list(self.space.starts)
+        for start in starts:
+            for config in self._start_variants(start):
+                if config_key(config) not in self._seen:
+                    self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
+
+    def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
+        """A start fitted to this problem by its family (e.g. split-K for a matmul too small to fill the GPU),
+        then the start itself; only those valid for the problem."""
+        problem = self.problem
+        try:
+            config = self.space.validate(start, dtype=problem.dtype, family=problem.family)
+        except ValueError:
+            return []
+        fit = getattr(FAMILIES[problem.kind], "problem_starts", None)
+        fitted = fit(config, problem.shape, self.device.sm_count, self.space) if fit else []
+        return [c for c in fitted if not self._prune_reason(c)] + [config]
 
     def _enqueue_next_grid_point(self) -> None:
         if self._grid is None:
@@ -292,7 +307,7 @@ class Tuner:
         compiled: queue.Queue = queue.Queue(maxsize=cfg.compile_workers + len(cfg.devices))
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s) for d in cfg.devices]
         baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
-        pool = cf.ProcessPoolExecutor(max_workers=cfg.compile_workers, mp_context=mp.get_context("spawn"))
+        pool = compile_pool(cfg.compile_workers)
         threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
         for t in threads:
             t.start()
@@ -454,7 +469,18 @@ class Tuner:
             resources=best.user_attrs.get("resources") if best else None,
             baseline=baseline, measured=measured, failed=failed, pruned=pruned,
             per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
-            meaningful=self.device.name != "CUDA simulator", failures=failures)
+            meaningful=self.device.name != "CUDA simulator", failures=failures,
+            incumbent_measured=self._incumbent_measured())
+
+    def _incumbent_measured(self) -> bool:
+        if not self.incumbent:
+            return False
+        try:
+            key = config_key(self.space.validate(self.incumbent, dtype=self.problem.dtype, family=self.problem.family))
+        except ValueError:
+            return False
+        return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
+                   for t in self.study.get_trials(deepcopy=False))
 
 
 def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:

@@ -1,4 +1,5 @@
-"""A process per GPU that runs measurement jobs, so that a variant which crashes or hangs kills only it.
+"""Child processes: one per GPU that runs measurement jobs, so that a variant which crashes or hangs kills only
+it, and the pool that compiles variants on the CPU.
 
 An illegal memory access leaves a CUDA context unusable, and a hung kernel never returns: either would end
 the tuning run if variants ran in the tuner's own process. The worker is restarted on its next job; the
@@ -6,9 +7,32 @@ job that broke it is reported as failed with the reason.
 """
 from __future__ import annotations
 
+import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import threading
+import time
 from typing import Any
+
+
+def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
+    """Make this child process exit when ``parent_pid`` dies (a pool initializer).
+
+    A compile-pool worker blocks on a queue whose write end it holds itself, so it never sees end-of-file when
+    the tuner is killed with SIGKILL; without this it would sleep on as an orphan.
+    """
+    def watch() -> None:
+        while os.getppid() == parent_pid:
+            time.sleep(poll_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
+
+
+def compile_pool(workers: int) -> cf.ProcessPoolExecutor:
+    """Processes that compile variants on the CPU (spawned: CUDA cannot survive a fork); they exit with us."""
+    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
+                                  initializer=exit_with_parent, initargs=(os.getpid(),))
 
 
 def _serve(conn, device: int | None) -> None:

@@ -79,6 +79,62 @@ def test_starting_configurations_are_measured_first_where_valid(tmp_path):
                for t in tuner.study.trials) == 1
 
 
+def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp_path):
+    """The current entry's configuration is re-measured in the run, so the run's best replaces the entry even
+    when the entry records a lower time (from older code); a run that did not measure it cannot."""
+    import yaml
+
+    from autotune import report
+    from autotune.db import db_path
+
+    space = tmp_path / "space.yaml"
+    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                     "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n")
+    problem = Problem("reduce", (33,), "float32", {"op": "max"})
+    device = current_device()
+    incumbent = {"BLOCK": 128, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "shuffle", "COMBINE": "last_block", "WAVES": 1}
+
+    def tune(state, incumbent):
+        config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path / state, space_path=str(space),
+                            compile_workers=1, baseline=False)
+        return Tuner(problem, config, device, report=lambda l: None, incumbent=incumbent).run()
+
+    fair = tune("a", incumbent)
+    assert fair.incumbent_measured and fair.best == incumbent
+    unfair = tune("b", None)
+    assert not unfair.incumbent_measured
+
+    db = tmp_path / "db"
+    report.write_results([unfair], device, str(db), None)
+    path = db_path(db, device.name)
+    data = yaml.safe_load(path.read_text())
+    data["entries"][0]["time"]["median_ms"] = 1e-9  # recorded by an older, faster-looking measurement
+    path.write_text(yaml.safe_dump(data))
+    assert "kept" in report.write_results([unfair], device, str(db), None)[0]
+    assert "replaced" in report.write_results([fair], device, str(db), None)[0]
+    assert yaml.safe_load(path.read_text())["entries"][0]["params"]["BLOCK"] == 128
+
+
+def test_matmul_starts_are_split_to_fill_the_gpu(tmp_path):
+    """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes one and
+    two waves of blocks; on a problem with enough tiles, or too little K to split, it is tried as written."""
+    from dataclasses import replace
+
+    start = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4}
+    config = TuneConfig(state_dir=tmp_path, baseline=False)
+    h100 = replace(current_device(), sm_count=132)
+
+    def splits(shape):
+        tuner = Tuner(Problem("matmul", shape, "float32"), config, h100, report=lambda l: None)
+        return [c["SPLIT_K"] for c in tuner._start_variants(start)]
+
+    assert splits((8192, 128, 8192)) == [2, 4, 1]      # 64 x 2 = 128 blocks: 2 splits reach 132, 4 reach 264
+    assert splits((127, 3000, 511)) == [4, 8, 1]       # 47 blocks; 511 / 8 still holds two 16-deep tiles
+    assert splits((4096, 4096, 4096)) == [1]           # 2048 blocks
+    assert splits((127, 3000, 40)) == [1]              # K too short to split
+    assert splits((127, 3000, 100)) == [1]             # 47 blocks x 2 < 132 and x 4 leaves K/4 < 2 tiles
+
+
 def run_cli(args, cwd, **kwargs):
     env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
     return subprocess.Popen([sys.executable, "-m", "autotune", *args], cwd=cwd, env=env, text=True,
@@ -96,6 +152,27 @@ def complete_trials(state_dir):
     return [t for t in study.trials if t.state == TrialState.COMPLETE]
 
 
+def child_pids(pid: int) -> list[int]:
+    """Direct children of a process (Linux /proc)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
 def test_killed_run_resumes_without_losing_measurements(tmp_path):
     args = ["reduce", "--simulator", "--shape", "41", "--trials", "7", "--sampler", "random", "--compile-workers",
             "1", "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"), "--write-db"]
@@ -103,8 +180,14 @@ def test_killed_run_resumes_without_losing_measurements(tmp_path):
     deadline = time.time() + 240
     while len(complete_trials(tmp_path / "state")) < 2 and time.time() < deadline and first.poll() is None:
         time.sleep(0.5)
+    children = child_pids(first.pid)
+    assert children  # the compile pool and the GPU worker
     first.send_signal(signal.SIGKILL)
     first.wait()
+    deadline = time.time() + 20
+    while any(alive(pid) for pid in children) and time.time() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in children if alive(pid)], "worker processes outlived the killed tuner"
     before = {t.number: t.value for t in complete_trials(tmp_path / "state")}
     assert len(before) >= 2
     second = run_cli(args, tmp_path)
