@@ -5,13 +5,16 @@ transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt".
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from . import arrays
 from .constraints import matmul_threads
 from .launch import Plan, Planned
+
+if TYPE_CHECKING:
+    from .space import SearchSpace
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 INT32_MAX = 2**31 - 1
@@ -48,7 +51,8 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
     return ctx
 
 
-def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, space) -> list[dict[str, Any]]:
+def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int,
+                   space: "SearchSpace") -> list[dict[str, Any]]:
     """Copies of a tiled starting configuration whose split-K fills the GPU for this shape.
 
     A start written for big squares leaves most SMs idle on a skinny or small problem (128x64 tiles of 8192x128
