@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable
 
 from . import arrays
+from .device import simulator_active
 
 MAX_PLANS = 32
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
@@ -35,6 +36,15 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self._steps)
+
+
+def configure(kernel, grid, block):
+    """``kernel[grid, block]``, safe to keep and to record. The CUDA simulator's ``kernel[grid, block]`` sets the
+    grid on the kernel object itself and returns it, so a kept configuration would launch with whichever grid
+    was configured last; there it is a function that configures at each launch."""
+    if simulator_active():
+        return lambda *args: kernel[grid, block](*args)
+    return kernel[grid, block]
 
 
 def bind(configured, args: tuple) -> Callable[[], Any]:

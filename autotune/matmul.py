@@ -11,7 +11,7 @@ import numpy as np
 
 from . import arrays
 from .constraints import matmul_threads
-from .launch import Plan, Planned
+from .launch import Plan, Planned, configure
 
 if TYPE_CHECKING:
     from .space import SearchSpace
@@ -139,7 +139,7 @@ class MatmulKernel(Planned):
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
-            self._launches[key] = (self.kernel[grid, block], k_chunk, grid)
+            self._launches[key] = (configure(self.kernel, grid, block), k_chunk, grid)
         return self._launches[key]
 
     def __call__(self, A, B, out=None):
@@ -200,7 +200,7 @@ class MatmulKernel(Planned):
 def fill(module, d, value) -> tuple:
     """The launch that sets every element of a flat device array to ``value`` with the module's fill kernel."""
     threads = 256
-    return module.fill[max(1, -(-d.size // threads)), threads], d, d.dtype.type(value)
+    return configure(module.fill, max(1, -(-d.size // threads)), threads), d, d.dtype.type(value)
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:

@@ -12,7 +12,7 @@ import numpy as np
 
 from . import arrays
 from .device import current_device
-from .launch import Plan, Planned
+from .launch import Plan, Planned, configure
 from .matmul import fill
 
 OPS = ("sum", "max", "min", "dot")
@@ -163,7 +163,7 @@ class ReduceKernel(Planned):
             self._enqueue(*fill(self.module, out, float(_host_identity(self.op))))
         self._enqueue(configured, x_flat, y_flat, n, partial, self._counter_array(), out, vec_ok)
         if combine == "two_pass":
-            self._enqueue(self.module.finish[1, self.params["BLOCK"]], partial, blocks, out)
+            self._enqueue(configure(self.module.finish, 1, self.params["BLOCK"]), partial, blocks, out)
 
     def _counter_array(self):
         from numba import cuda
@@ -187,17 +187,17 @@ class ReduceKernel(Planned):
             chunk = p["BLOCK"] * p["ITEMS"] * p["VEC"]
             blocks = max(1, min(-(-n // chunk), p["WAVES"] * sms))
             partial = cuda.device_array(blocks, dtype=self.dtype)
-            return self.kernel[blocks, p["BLOCK"]], (partial, blocks)
+            return configure(self.kernel, blocks, p["BLOCK"]), (partial, blocks)
         M, N = shape
         if self.axis == 1:
             rows_per_block = p["BLOCK"] // 32 if p["ROW_MODE"] == "warp" else 1
             blocks = max(1, min(-(-M // rows_per_block), p["WAVES"] * sms))
-            return self.kernel[blocks, p["BLOCK"]], None
+            return configure(self.kernel, blocks, p["BLOCK"]), None
         splits = max(1, min(p["ROW_SPLIT"], M))
         rows_per_split = -(-M // splits)
         splits = -(-M // rows_per_split)
         grid = (max(1, -(-N // (p["BX"] * p["VEC"]))), splits)
-        return self.kernel[grid, p["BLOCK"]], (rows_per_split, splits)
+        return configure(self.kernel, grid, p["BLOCK"]), (rows_per_split, splits)
 
 
 def _host_identity(op: str) -> float:

@@ -91,6 +91,15 @@ def test_millions_of_elements_exactly(combine, n, rng):
     assert k(x) == x.astype(np.float64).sum()
 
 
+def test_last_block_combine_with_one_block_and_with_several(rng):
+    """A grid of one block writes its value directly; grids of several still combine through the counter, which
+    calls in either order leave ready for the next."""
+    k = build_kernel("reduce", {"BLOCK": 32, "ITEMS": 2, "VEC": 1, "WAVES": 1, "COMBINE": "last_block"}, op="sum")
+    for n in (64, 200, 64, 1, 200):  # 64 = one block's chunk; 200 needs several blocks
+        x = small_integers(rng, (n,), np.float32)
+        assert k(x) == x.astype(np.float64).sum()
+
+
 def test_integer_data_exact_along_axes(rng):
     x = small_integers(rng, (67, 259), np.float32)
     for axis, params in ((0, {"BLOCK": 64, "VEC": 4, "BX": 32, "ROW_SPLIT": 4}), (1, {"BLOCK": 64, "VEC": 4})):
