@@ -3,14 +3,13 @@
 Run by tests/test_compile.py in its own process: the CUDA simulator, which the other tests use, and the
 real compiler cannot share one. Prints one JSON line per variant: family, parameters and the ptxas report.
 """
-import concurrent.futures as cf
 import json
-import multiprocessing as mp
 import sys
 
 from autotune.build import build_kernel
 from autotune.compiler import resource_report
 from autotune.space import load_space
+from autotune.worker import compile_pool
 
 # Together these use every value of every parameter of both families, both dtypes and transposed operands.
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
@@ -38,8 +37,7 @@ def main():
     for kind, dtype, family in FAMILIES:
         sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=1, cheap=CHEAP[kind])
         items += [(kind, dtype, family, params) for params in sample]
-    with cf.ProcessPoolExecutor(max_workers=int(sys.argv[1]) if len(sys.argv) > 1 else 2,
-                                mp_context=mp.get_context("spawn")) as pool:
+    with compile_pool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
         for result in pool.map(compile_one, items):
             print(json.dumps(result), flush=True)
 
