@@ -8,6 +8,7 @@ note when not installed. Results go to a Markdown table and, where matplotlib is
 from __future__ import annotations
 
 import datetime
+import os
 import sys
 from pathlib import Path
 from typing import Callable
@@ -17,11 +18,13 @@ import numpy as np
 from .build import build_kernel
 from .compiler import ResourceReport
 from .device import current_device
+from .evaluate import compile_variant, job
 from .lookup import choose, database_folder
 from .problem import Instance, Problem
 from .report import fraction_of_peak, table, versions
 from .space import load_space
 from .timing import L2Flusher, bench
+from .worker import compile_pool
 
 SEEDS = {"matmul": [("seed naive", {"strategy": "naive"}), ("seed shared16", {"strategy": "shared16"})],
          "reduce": [("seed tree+2nd pass", {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree",
@@ -113,6 +116,22 @@ def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
     return rows
 
 
+def compile_ahead(problems: list[Problem], folder: Path) -> None:
+    """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
+    loads them from Numba's disk cache instead of compiling one after another (up to a minute each)."""
+    jobs = []
+    for problem in problems:
+        space = load_space(problem.kind)
+        for _, p in [("tuned", choose(problem, folder)[0]), *SEEDS[problem.kind]]:
+            jobs.append(job(problem, space.restrict(p, dtype=problem.dtype, family=problem.family)))
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
+    with compile_pool(workers) as pool:
+        for result in pool.map(compile_variant, jobs):
+            if not result["ok"]:
+                print(result["reason"], file=sys.stderr)
+
+
 def bench_name(problem: Problem) -> str:
     """File name stem of a bench: one per kind, op, axis and dtype, so different runs do not overwrite."""
     dtype = "" if problem.dtype == "float32" else f"-{problem.dtype}"
@@ -126,6 +145,7 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     device = current_device()
     folder = database_folder(db)
     flusher = L2Flusher()
+    compile_ahead(problems, folder)
     sections, plot_data = [], []
     for problem in problems:
         print(f"bench {problem.key}", file=sys.stderr, flush=True)

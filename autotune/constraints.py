@@ -13,7 +13,8 @@ from typing import Any, Callable, Mapping
 import numpy as np
 
 MAX_THREADS_PER_BLOCK = 1024
-MAX_STATIC_SHARED_BYTES = 48 * 1024
+MAX_STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, opted into at launch
+MAX_SHARED_BYTES = 227 * 1024  # the most one block may opt into (sm_90); a GPU with less fails the launch
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,12 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     if p.get("strategy", "tiled") != "tiled":
         return 2 * 16 * 16 * itemsize
-    stages = 2 if p["PREFETCH"] else 1
-    return stages * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+    return shared_stages(p) * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+
+
+def shared_stages(p: Mapping[str, Any]) -> int:
+    """Shared A and B tiles a tiled matmul keeps: the cp.async pipeline's depth, else two with PREFETCH."""
+    return p.get("ASYNC_STAGES", 0) or (2 if p.get("PREFETCH", 1) else 1)
 
 
 def reduce_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
@@ -95,10 +100,17 @@ def _accumulators_at_most(p, ctx, max):
     return None
 
 
+def _accumulator_bytes_at_most(p, ctx, max):
+    n = p["TM"] * p["TN"] * ctx.itemsize
+    if n > max:
+        return f"TM*TN = {p['TM'] * p['TN']} {ctx.dtype} accumulators are {n} bytes per thread, over {max}"
+    return None
+
+
 def _shared_bytes_at_most(p, ctx, max):
     n = shared_bytes(p, ctx.itemsize)
     if n > max:
-        return f"static shared memory {n} bytes exceeds {max}"
+        return f"shared memory {n} bytes per block exceeds {max}"
     return None
 
 
@@ -110,11 +122,12 @@ PREDICATES: dict[str, tuple[Callable[..., str | None], frozenset[str]]] = {
     "warp_grid_fits": (_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "vector_bytes_at_most": (_vector_bytes_at_most, frozenset({"VEC"})),
     "accumulators_at_most": (_accumulators_at_most, frozenset({"TM", "TN"})),
+    "accumulator_bytes_at_most": (_accumulator_bytes_at_most, frozenset({"TM", "TN"})),
     "shared_bytes_at_most": (_shared_bytes_at_most, frozenset()),
 }
 
 HARDWARE_LIMITS: tuple[dict[str, Any], ...] = (
     {"name": "threads_between", "min": 1, "max": MAX_THREADS_PER_BLOCK},
-    {"name": "shared_bytes_at_most", "max": MAX_STATIC_SHARED_BYTES},
+    {"name": "shared_bytes_at_most", "max": MAX_SHARED_BYTES},
     {"name": "vector_bytes_at_most", "max": 16},
 )

@@ -1,9 +1,12 @@
-"""Vector loads and stores for generated kernels.
+"""Vector loads and stores, and cp.async copies, for generated kernels.
 
 Numba has no 128-bit array access and does not merge adjacent scalar loads, so these intrinsics bitcast the
 element pointer to an LLVM vector and load or store it with the vector's natural alignment: the PTX shows
 ``ld.global.v4.f32`` / ``ld.shared.v4.f32``. The caller guarantees the alignment (flat index a multiple of the
 width and a suitably aligned base pointer); the generated kernels check this before taking the vector path.
+
+Numba has no asynchronous copies either: ``cp_async<n>`` and the commit/wait functions emit sm_80's
+``cp.async`` as inline PTX, which NVVM passes through (numba-cuda uses inline assembly the same way).
 """
 from __future__ import annotations
 
@@ -66,3 +69,57 @@ def vstore4(typingctx, arr, idx, v0, v1, v2, v3):
 
 vload2 = _make_vload(2)
 vload4 = _make_vload(4)
+
+
+def _shared_address(context, builder, arrty, array_value, index):
+    """The 32-bit shared-window address of arr[index] (arr a shared array), as cp.async's destination wants."""
+    ptr = _element_pointer(context, builder, arrty, array_value, index)
+    shared = builder.addrspacecast(ptr, ir.PointerType(ptr.type.pointee, 3))
+    return builder.ptrtoint(shared, ir.IntType(32))
+
+
+def _make_cp_async(nbytes: int):
+    """cp_async<nbytes>(dst, i, src, j, valid): copy nbytes from src[j] (global) to dst[i] (shared) without
+    passing through registers. Only the first ``valid`` bytes are read; the rest of the destination is zeroed,
+    which pads partial tiles at the matrix edges."""
+    cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) exists for 16-byte copies alone
+
+    @intrinsic
+    def cp_async(typingctx, dst, dst_idx, src, src_idx, valid):
+        sig = types.void(dst, dst_idx, src, src_idx, valid)
+
+        def codegen(context, builder, sig, args):
+            dst_addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+            src_ptr = _element_pointer(context, builder, sig.args[2], args[2], args[3])
+            valid_bytes = context.cast(builder, args[4], sig.args[4], types.uint32)
+            fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32), src_ptr.type, ir.IntType(32)])
+            asm = ir.InlineAsm(fnty, f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;", "r,l,r,~{memory}",
+                               side_effect=True)
+            builder.call(asm, [dst_addr, src_ptr, valid_bytes])
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return cp_async
+
+
+def _make_plain_asm(text: str):
+    @intrinsic
+    def instruction(typingctx):
+        def codegen(context, builder, sig, args):
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text, "~{memory}", side_effect=True)
+            builder.call(asm, [])
+            return context.get_dummy_value()
+
+        return types.void(), codegen
+
+    return instruction
+
+
+cp_async4 = _make_cp_async(4)
+cp_async8 = _make_cp_async(8)
+cp_async16 = _make_cp_async(16)
+cp_async_commit = _make_plain_asm("cp.async.commit_group;")
+cp_async_wait0 = _make_plain_asm("cp.async.wait_group 0;")
+cp_async_wait1 = _make_plain_asm("cp.async.wait_group 1;")
+cp_async_wait2 = _make_plain_asm("cp.async.wait_group 2;")

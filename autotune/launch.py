@@ -19,6 +19,7 @@ from . import arrays
 from .device import simulator_active
 
 MAX_PLANS = 32
+DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
 
 
@@ -38,13 +39,25 @@ class Plan:
         return len(self._steps)
 
 
-def configure(kernel, grid, block):
-    """``kernel[grid, block]``, safe to keep and to record. The CUDA simulator's ``kernel[grid, block]`` sets the
-    grid on the kernel object itself and returns it, so a kept configuration would launch with whichever grid
-    was configured last; there it is a function that configures at each launch."""
+def configure(kernel, grid, block, shared: int = 0):
+    """``kernel[grid, block, 0, shared]``, safe to keep and to record. The CUDA simulator's ``kernel[grid, block]``
+    sets the grid on the kernel object itself and returns it, so a kept configuration would launch with whichever
+    grid was configured last; there it is a function that configures at each launch. ``shared`` bytes of dynamic
+    shared memory above the default 48 KB are opted into before the first launch."""
     if simulator_active():
-        return lambda *args: kernel[grid, block](*args)
-    return kernel[grid, block]
+        return lambda *args: kernel[grid, block, 0, shared](*args)
+    configured = kernel[grid, block, 0, shared]
+    if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
+        configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
+    return configured
+
+
+def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
+    from numba.cuda.cudadrv.driver import binding, driver
+
+    cufunc = compiled._codelibrary.get_cufunc()
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
 
 
 def bind(configured, args: tuple) -> Callable[[], Any]:
@@ -61,6 +74,8 @@ def _packed_launch(configured, args: tuple) -> Callable[[], Any]:
 
     dispatcher = configured.dispatcher
     kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
+    for callback in configured.pre_launch_callbacks:
+        callback(kernel, configured)
     packed: list = []
     for ty, value in zip(kernel.argument_types, args):
         kernel._prepare_args(ty, value, configured.stream, [], packed)

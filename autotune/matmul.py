@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from . import arrays
-from .constraints import matmul_threads
+from .constraints import MAX_STATIC_SHARED_BYTES, matmul_shared_bytes, matmul_threads, shared_stages
 from .launch import Plan, Planned, configure
 
 if TYPE_CHECKING:
@@ -41,7 +41,10 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
         vec = params["VEC"]
         ctx.update(
             THREADS=threads,
-            STAGES=2 if params["PREFETCH"] else 1,
+            ASYNC_STAGES=params.get("ASYNC_STAGES", 0),
+            STAGES=shared_stages(params),
+            ITEMSIZE=np.dtype(dtype).itemsize,
+            DYNAMIC_SHARED=dynamic_shared_bytes(params, dtype) > 0,
             LOADS_A=params["BM"] * params["BK"] // (threads * vec),
             LOADS_B=params["BK"] * params["BN"] // (threads * vec),
             VA=_vector_width(vec, params["TM"]) if params["A_SMEM"] == "kmajor" else 1,
@@ -49,6 +52,15 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
             VC=_vector_width(vec, params["TN"]),
         )
     return ctx
+
+
+def dynamic_shared_bytes(params: Mapping[str, Any], dtype: str) -> int:
+    """Bytes of dynamic shared memory a launch of this variant needs: its tiles, where they exceed what a
+    kernel may declare statically; 0 otherwise."""
+    if params.get("strategy", "tiled") != "tiled":
+        return 0
+    n = matmul_shared_bytes(params, np.dtype(dtype).itemsize)
+    return n if n > MAX_STATIC_SHARED_BYTES else 0
 
 
 def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int,
@@ -139,7 +151,8 @@ class MatmulKernel(Planned):
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
-            self._launches[key] = (configure(self.kernel, grid, block), k_chunk, grid)
+            shared = dynamic_shared_bytes(p, self.dtype)
+            self._launches[key] = (configure(self.kernel, grid, block, shared), k_chunk, grid)
         return self._launches[key]
 
     def __call__(self, A, B, out=None):

@@ -283,6 +283,8 @@ def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) 
     if not isinstance(when, dict):
         raise SpaceError(f"{here}: 'when' must map names to lists of values")
     when = {str(k): tuple(v if isinstance(v, list) else [v]) for k, v in when.items()}
+    if "when" not in spec and builtin is not None:  # narrowing a parameter's values keeps where it applies
+        when = dict(builtin.params[name].when)
     return Param(name=name, values=values, default=default, when=when, doc=str(spec.get("doc", "")))
 
 

@@ -4,6 +4,7 @@ import pytest
 from numba import cuda
 
 from autotune import build_kernel
+from autotune.matmul import dynamic_shared_bytes
 from autotune.space import load_space
 from checks import assert_matmul_close, poisoned, random_matrix, small_integers
 
@@ -60,6 +61,30 @@ def test_transposed_layouts(layout, params, rng):
     k = build_kernel("matmul", params, layout=layout)
     C, A, B = run(k, rng, (37, 29, 41), "float32", layout)
     assert_matmul_close(C, A, B)
+
+
+ASYNC = {"BM": 32, "BN": 32, "TM": 4, "TN": 2, "BK": 8, "VEC": 2, "UNROLL_K": 4, "ASYNC_STAGES": 3}
+ASYNC_MMAJOR_SPLIT = {"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 16, "VEC": 4, "A_SMEM": "mmajor", "UNROLL_K": 1,
+                      "SPLIT_K": 2, "ASYNC_STAGES": 2}
+ASYNC_DYNAMIC = {"BM": 64, "BN": 64, "TM": 8, "TN": 8, "BK": 32, "VEC": 4, "THREAD_LAYOUT": "strided",
+                 "UNROLL_K": 8, "ASYNC_STAGES": 4}
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("params", [ASYNC, ASYNC_MMAJOR_SPLIT, ASYNC_DYNAMIC])
+def test_async_pipeline_and_dynamic_shared_memory(layout, params, rng):
+    # K = 97 runs through several pipeline stages and ends in a partial tile; the first two shapes have fewer K
+    # tiles than stages.
+    k = build_kernel("matmul", params, layout=layout)
+    for shape in [(7, 13, 5), (37, 29, 41), (19, 71, 97)]:
+        C, A, B = run(k, rng, shape, "float32", layout)
+        assert_matmul_close(C, A, B)
+
+
+def test_tiles_over_48_kb_use_dynamic_shared_memory():
+    assert dynamic_shared_bytes(ASYNC_DYNAMIC, "float32") == 4 * (64 + 64) * 32 * 4
+    assert dynamic_shared_bytes(ASYNC, "float32") == 0
+    assert "cuda.shared.array(0," in build_kernel("matmul", ASYNC_DYNAMIC).source
 
 
 def test_integer_data_is_exact(rng):

@@ -28,7 +28,8 @@ def test_defaults_validate(matmul_space):
     ({"TM": 8, "BM": 16, "BN": 16, "TN": 8}, "threads per block = 4"),
     ({"UNROLL_K": 16, "BK": 8}, "UNROLL_K=16 must divide BK=8"),
     ({"BM": 256, "BN": 256, "TM": 2, "TN": 2}, "threads per block = 16384"),
-    ({"BM": 256, "BN": 256, "BK": 32, "TM": 8, "TN": 8}, "static shared memory"),
+    ({"BM": 256, "BN": 256, "BK": 32, "TM": 8, "TN": 8, "ASYNC_STAGES": 4},
+     "shared memory 262144 bytes per block exceeds 232448"),
 ])
 def test_bad_parameters_are_rejected_with_their_name(matmul_space, params, message):
     with pytest.raises(ValueError, match=None) as err:
@@ -96,6 +97,27 @@ def test_user_space_narrows_values(tmp_path):
     space = load_space("matmul", path)
     assert space.params["BM"].values == (64,)
     assert space.constraints  # the built-in constraints stay
+
+
+def test_a_narrowed_parameter_keeps_where_it_applies(tmp_path):
+    # PREFETCH applies only to register-staged copies (ASYNC_STAGES = 0); narrowing its values must not make it
+    # apply to the cp.async pipeline too.
+    path = write(tmp_path, """
+        kernel: matmul
+        params:
+          ASYNC_STAGES: {values: [0, 3]}
+          PREFETCH: {values: [1]}
+    """)
+    space = load_space("matmul", path)
+    assert "PREFETCH" not in space.validate({"ASYNC_STAGES": 3}, dtype="float32", family={"layout": "nn"})
+    assert space.validate({}, dtype="float32", family={"layout": "nn"})["PREFETCH"] == 1
+
+
+def test_accumulator_registers_depend_on_dtype(matmul_space):
+    params = {"BM": 256, "BN": 128, "TM": 16, "TN": 8, "VEC": 2}
+    matmul_space.validate(params, dtype="float32", family={"layout": "nn"})
+    with pytest.raises(ValueError, match="1024 bytes per thread, over 512"):
+        matmul_space.validate(params, dtype="float64", family={"layout": "nn"})
 
 
 @pytest.mark.parametrize("body, message", [
