@@ -114,8 +114,9 @@ def _tune_args(p: argparse.ArgumentParser, kind: str) -> None:
     p.add_argument("--compile-workers", type=int, help="CPU processes compiling ahead of the GPU")
     p.add_argument("--job-timeout", type=float, default=90.0,
                    help="seconds a variant may take to check and time before its worker is restarted (default 90)")
-    p.add_argument("--compile-timeout", type=float, default=120.0,
-                   help="seconds a variant may take to compile before it counts as failed (default 120)")
+    p.add_argument("--compile-timeout", type=float, default=300.0,
+                   help="seconds a variant may take to compile before it counts as failed (default 300; "
+                        "16x8-per-thread matmul tiles take 1-2 min in Numba's front end)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")

@@ -58,7 +58,7 @@ class TuneConfig:
     space_path: str | None = None
     compile_workers: int = max(1, min(16, (os.cpu_count() or 2) - 1))
     job_timeout_s: float = 90.0
-    compile_timeout_s: float = 120.0
+    compile_timeout_s: float = 300.0
     baseline: bool = True
 
 
