@@ -48,12 +48,12 @@ def rotating(shapes, op, index, params):
     """One shape per configuration (two for sum), rotating so that together they use every shape.
 
     The simulator runs a Python thread per GPU thread, and a configuration that launches thousands of them
-    (512- or 1024-thread blocks, 16 or more row splits) over many rows takes minutes: those get the shapes
-    with at most 33 rows. Every (op, shape) and every (op, parameter value) pair is still checked; the GPU
-    selftest (autotune selftest) runs every configuration on every shape.
+    (512- or 1024-thread blocks, 16 or more row splits) over many rows or columns takes minutes: those get
+    the shapes of at most 33 x 31 elements. Every (op, shape) and every (op, parameter value) pair is still
+    checked; the GPU selftest (autotune selftest) runs every configuration on every shape.
     """
     if params.get("BLOCK", 0) >= 512 or params.get("ROW_SPLIT", 0) >= 16:
-        shapes = [s for s in shapes if s[0] <= 33] or shapes
+        shapes = [s for s in shapes if s[0] * s[1] <= 33 * 31] or shapes
     count = 2 if op == "sum" else 1
     return [shapes[(index + j * len(shapes) // count) % len(shapes)] for j in range(count)]
 
