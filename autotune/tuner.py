@@ -40,6 +40,7 @@ from .worker import Worker, compile_pool
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_REGISTERS_PER_BLOCK = 65536
+UNDECIDED_WAIT_S = 30.0  # a process killed between ask and writing its configuration holds others this long
 BASELINES = {
     "matmul": {"strategy": "shared16"},
     "reduce": {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"},
@@ -221,13 +222,23 @@ class Tuner:
         return None
 
     def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
-        """A trial of another process sharing the storage that took the same configuration first."""
+        """A trial of another process sharing the storage that took the same configuration first.
+
+        Another process may have asked for an earlier trial and not yet written its configuration; the
+        answer waits for those (each is written right after its ask), else both processes would measure it.
+        """
         key = config_key(config)
-        for t in self.study.get_trials(deepcopy=False):
-            if t.number < number and key == config_key(t.user_attrs.get("config", {})) and \
-                    (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
-                return t.number
-        return None
+        deadline = time.monotonic() + UNDECIDED_WAIT_S
+        while True:
+            earlier = [t for t in self.study.get_trials(deepcopy=False) if t.number < number]
+            for t in earlier:
+                if key == config_key(t.user_attrs.get("config", {})) and \
+                        (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
+                    return t.number
+            undecided = any(t.state == TrialState.RUNNING and "config" not in t.user_attrs for t in earlier)
+            if not undecided or time.monotonic() > deadline:
+                return None
+            time.sleep(0.05)
 
     def _enqueue_random_unseen(self) -> bool:
         for _ in range(1000):

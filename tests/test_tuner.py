@@ -208,6 +208,25 @@ def test_no_gpu_says_so(tmp_path):
     assert "no CUDA GPU is visible" in out and "autotune matmul --simulator" in out
 
 
+def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path):
+    """Another process asked trial n and writes its configuration a moment later: trial n+1 with the same
+    configuration must be found a repeat, not measured a second time (a race two PostgreSQL runs once hit)."""
+    import threading
+
+    config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path, storage=f"sqlite:///{tmp_path}/s.db",
+                        compile_workers=1, baseline=False)
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    rival = optuna.load_study(study_name=tuner.name, storage=config.storage).ask()
+    chosen = {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "atomic", "WAVES": 1}
+    late = threading.Timer(0.5, rival.set_user_attr, ("config", chosen))
+    late.start()
+    try:
+        assert tuner._seen_elsewhere(chosen, rival.number + 1) == rival.number
+        assert tuner._seen_elsewhere({**chosen, "BLOCK": 128}, rival.number + 1) is None
+    finally:
+        late.join()
+
+
 def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
     """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
     from autotune.tuner import config_key
