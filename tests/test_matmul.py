@@ -89,7 +89,8 @@ INTERIOR_BASE = {"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 4, "UNROL
                                      {"PREFETCH": 1, "SPLIT_K": 2, "A_SMEM": "mmajor"}])
 def test_interior_blocks_take_unchecked_loads_and_edge_blocks_checked_ones(layout, staging, rng):
     # 72 x 68 x 100 with 32 x 32 tiles: four blocks lie inside both matrices (unchecked loads while a whole BK
-    # step remains), five cross an edge, and K ends in a half tile. Rows of A, B and their transposes are 16-byte aligned, so vectors apply.
+    # step remains), five cross an edge, and K ends in a half tile. Rows of A, B and their transposes are 16-byte
+    # aligned, so vectors apply.
     k = build_kernel("matmul", {**INTERIOR_BASE, **staging}, layout=layout)
     C, A, B = run(k, rng, (72, 68, 100), "float32", layout)
     assert_matmul_close(C, A, B)
