@@ -90,7 +90,7 @@ def index_type(params: Mapping[str, Any]) -> str:
 
 def signature(params: Mapping[str, Any], dtype: str) -> str:
     it = index_type(params)
-    return f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {', '.join([it] * 7)}, boolean)"
+    return f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {', '.join([it] * 7)}, boolean, boolean, boolean)"
 
 
 class MatmulKernel(Planned):
@@ -202,12 +202,13 @@ class MatmulKernel(Planned):
                              "use INDEX_BITS=64")
         configured, k_chunk, grid = self._launch_config(M, N, K)
         vec = p.get("VEC", 1)
-        vec_ok = bool(all(arrays.aligned(x, vec) for x in (a_flat, b_flat, c_flat))
-                      and lda % vec == 0 and ldb % vec == 0 and N % vec == 0)
+        vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
+                               for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
         if p.get("SPLIT_K", 1) > 1:  # the template combines K slices with atomics
             self._enqueue(*fill(self.module, c_flat, 0))
         i = self._int
-        self._enqueue(configured, a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk), vec_ok)
+        self._enqueue(configured, a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk),
+                      vec_a, vec_b, vec_c)
 
 
 def fill(module, d, value) -> tuple:

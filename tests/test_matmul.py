@@ -81,19 +81,34 @@ def test_async_pipeline_and_dynamic_shared_memory(layout, params, rng):
         assert_matmul_close(C, A, B)
 
 
-INTERIOR_BASE = {"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 4, "UNROLL_K": 4}
+EDGE_BASE = {"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 4, "UNROLL_K": 4}
 
 
+STAGINGS = [{"PREFETCH": 0}, {"PREFETCH": 1}, {"ASYNC_STAGES": 2}, {"PREFETCH": 1, "SPLIT_K": 2, "A_SMEM": "mmajor"}]
+
+
+@pytest.mark.parametrize("edge", ["interior", "clamp"])
 @pytest.mark.parametrize("layout", ["nn", "tt"])
-@pytest.mark.parametrize("staging", [{"PREFETCH": 0}, {"PREFETCH": 1}, {"ASYNC_STAGES": 2},
-                                     {"PREFETCH": 1, "SPLIT_K": 2, "A_SMEM": "mmajor"}])
-def test_interior_blocks_take_unchecked_loads_and_edge_blocks_checked_ones(layout, staging, rng):
-    # 72 x 68 x 100 with 32 x 32 tiles: four blocks lie inside both matrices (unchecked loads while a whole BK
-    # step remains), five cross an edge, and K ends in a half tile. Rows of A, B and their transposes are 16-byte
-    # aligned, so vectors apply.
-    k = build_kernel("matmul", {**INTERIOR_BASE, **staging}, layout=layout)
+@pytest.mark.parametrize("staging", STAGINGS)
+def test_whole_k_steps_inside_and_at_the_matrix_edges(edge, layout, staging, rng):
+    # 72 x 68 x 100 with 32 x 32 tiles: four blocks lie inside both matrices and take whole BK steps without
+    # tests; five cross an edge, where whole steps are checked (EDGE interior) or read clamped rows and columns
+    # (clamp). K ends in a half tile, which is checked. Rows of A, B and their transposes are 16-byte aligned.
+    k = build_kernel("matmul", {**EDGE_BASE, **staging, "EDGE": edge}, layout=layout)
     C, A, B = run(k, rng, (72, 68, 100), "float32", layout)
     assert_matmul_close(C, A, B)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+@pytest.mark.parametrize("staging", STAGINGS[1:3])
+def test_clamped_edges_with_unaligned_operands(layout, staging, rng):
+    # Rows of 67 or 43 elements break 16-byte vectors of one operand at a time, so no block takes whole steps. An
+    # operand whose vectors span K still clamps its M or N coordinate; one whose vectors span M or N cannot (VEC
+    # scalars from a clamped start would shift), so it tests each element.
+    k = build_kernel("matmul", {**EDGE_BASE, **staging, "EDGE": "clamp"}, layout=layout)
+    for shape in [(37, 44, 67), (37, 43, 64), (43, 36, 64)]:
+        C, A, B = run(k, rng, shape, "float32", layout)
+        assert_matmul_close(C, A, B)
 
 
 def test_tiles_over_48_kb_use_dynamic_shared_memory():
