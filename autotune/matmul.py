@@ -5,12 +5,14 @@ transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt".
 """
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 
 from . import arrays
 from .constraints import MAX_STATIC_SHARED_BYTES, matmul_shared_bytes, matmul_threads, shared_stages
+from .device import simulator_active
 from .launch import Plan, Planned, configure
 
 if TYPE_CHECKING:
@@ -205,10 +207,22 @@ class MatmulKernel(Planned):
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
         if p.get("SPLIT_K", 1) > 1:  # the template combines K slices with atomics
-            self._enqueue(*fill(self.module, c_flat, 0))
+            self._enqueue(*zero(self.module, c_flat))
         i = self._int
         self._enqueue(configured, a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk),
                       vec_a, vec_b, vec_c)
+
+
+def zero(module, d) -> tuple:
+    """The step that zeroes a flat device array: a driver memset on the default stream, where Numba launches
+    (0.5-1.5% faster than the fill kernel on the H200's split-K entries, benchmarks/NOTES.md item 18); the fill
+    kernel in the simulator, which has no driver."""
+    if simulator_active():
+        return fill(module, d, 0)
+    from numba.cuda.cudadrv.driver import device_pointer, driver
+
+    words = d.size * d.dtype.itemsize // 4
+    return (functools.partial(driver.cuMemsetD32Async, device_pointer(d), 0, words, 0),)
 
 
 def fill(module, d, value) -> tuple:
