@@ -38,7 +38,14 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     if p.get("strategy", "tiled") != "tiled":
         return 2 * 16 * 16 * itemsize
-    return shared_stages(p) * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+    return shared_stages(p) * (p["BM"] + p["BN"] + 2 * shared_pad(p)) * p["BK"] * itemsize
+
+
+def shared_pad(p: Mapping[str, Any]) -> int:
+    """Elements added to each k row of the shared tiles. With MMA the lanes of a fragment load read 8
+    consecutive elements from each of 4 k rows; rows 4 doubles (32 bytes) apart from a multiple of 128 bytes
+    fall on distinct banks, where unpadded ones would conflict 4 ways."""
+    return 4 if p.get("MMA", 0) else 0
 
 
 def shared_stages(p: Mapping[str, Any]) -> int:
@@ -107,6 +114,31 @@ def _accumulator_bytes_at_most(p, ctx, max):
     return None
 
 
+def _mma_fits(p, ctx):
+    k = p["MMA"]
+    if not k:
+        return None
+    if ctx.dtype != "float64":
+        return f"MMA={k}: the mma.sync m16n8k{k} used is float64's (fp64 tensor cores), not {ctx.dtype}'s"
+    if p["TM"] % 2 or p["TN"] % 2:
+        return f"MMA={k}: TM={p['TM']} and TN={p['TN']} must be even (a lane holds 2 x 2 results of each mma)"
+    if (p["BM"] // p["TM"]) % 8 or (p["BN"] // p["TN"]) % 4:
+        return (f"MMA={k}: a warp's 8 x 4 lanes must tile the BM/TM x BN/TN = {p['BM'] // p['TM']} x "
+                f"{p['BN'] // p['TN']} thread grid")
+    if p["UNROLL_K"] % k:
+        return f"MMA={k} must divide UNROLL_K={p['UNROLL_K']} (whole mma steps per unrolled trip)"
+    if p["ASYNC_STAGES"]:
+        return (f"MMA={k} with ASYNC_STAGES={p['ASYNC_STAGES']}: mma variants fed by the cp.async pipeline faulted "
+                "now and then on the H200 (illegal address, cause not found; benchmarks/NOTES.md item 19)")
+    n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
+    registers, needed = min(255, 65536 // (n * blocks)), 2 * p["TM"] * p["TN"] + 64
+    if registers < needed:
+        return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
+                f"{p['TM'] * p['TN']} fp64 accumulators and the mma fragments need about {needed} (on the H200 such "
+                f"variants failed to compile or spilled and computed wrong results; benchmarks/NOTES.md item 19)")
+    return None
+
+
 def _shared_bytes_at_most(p, ctx, max):
     n = shared_bytes(p, ctx.itemsize)
     if n > max:
@@ -124,6 +156,7 @@ PREDICATES: dict[str, tuple[Callable[..., str | None], frozenset[str]]] = {
     "accumulators_at_most": (_accumulators_at_most, frozenset({"TM", "TN"})),
     "accumulator_bytes_at_most": (_accumulator_bytes_at_most, frozenset({"TM", "TN"})),
     "shared_bytes_at_most": (_shared_bytes_at_most, frozenset()),
+    "mma_fits": (_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS", "ASYNC_STAGES"})),
 }
 
 HARDWARE_LIMITS: tuple[dict[str, Any], ...] = (

@@ -8,6 +8,7 @@ from numba import config
 
 SIMULATOR_SM_COUNT = 2
 FP64_RATE_DIVISOR = {(6, 0): 2, (7, 0): 2, (8, 0): 2, (9, 0): 2}
+FP64_TENSOR_FACTOR = {(8, 0): 2, (9, 0): 2}  # DMMA: A100 19.5 vs 9.7, H100 SXM 67 vs 33.5 TFLOP/s
 
 
 def simulator_active() -> bool:
@@ -33,11 +34,14 @@ class DeviceInfo:
         return f"sm_{self.cc[0]}{self.cc[1]}"
 
     def peak_tflops(self, dtype: str) -> float | None:
-        """CUDA-core peak: 128 fp32 lanes per SM, two flops per FMA, at the boost clock; fp64 at the
-        architecture's rate (half on the data-centre parts V100, A100, H100/H200; 1/64 elsewhere)."""
+        """The fastest matmul rate the GPU offers without changing precision: fp32 on the CUDA cores (128 lanes
+        per SM, two flops per FMA, at the boost clock); fp64 on its tensor cores where it has them (A100,
+        H100/H200: twice the CUDA-core rate, which is half fp32's on the data-centre parts and 1/64 elsewhere)."""
         if not self.clock_khz:
             return None
-        lanes = 128 if dtype == "float32" else 128 // FP64_RATE_DIVISOR.get(self.cc, 64)
+        lanes = 128
+        if dtype == "float64":
+            lanes = 128 // FP64_RATE_DIVISOR.get(self.cc, 64) * FP64_TENSOR_FACTOR.get(self.cc, 1)
         return self.sm_count * lanes * 2 * self.clock_khz * 1e3 / 1e12
 
     def peak_gbps(self) -> float | None:

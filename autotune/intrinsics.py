@@ -123,3 +123,30 @@ cp_async_commit = _make_plain_asm("cp.async.commit_group;")
 cp_async_wait0 = _make_plain_asm("cp.async.wait_group 0;")
 cp_async_wait1 = _make_plain_asm("cp.async.wait_group 1;")
 cp_async_wait2 = _make_plain_asm("cp.async.wait_group 2;")
+
+
+@intrinsic
+def dmma_m16n8(typingctx, a, b, c):
+    """d0..d3 = mma.sync m16n8k<k> of float64 fragments (sm_90's fp64 tensor cores): a holds k/2 values of A,
+    b k/4 of B and c the four of C, each in the PTX ISA's fragment layout (lane = 4 * row group + thread in
+    group). k is 4, 8 or 16, read from the length of a."""
+    k = 2 * len(a)
+    if k not in (4, 8, 16) or len(b) != k // 4 or len(c) != 4:
+        raise TypeError(f"dmma_m16n8 wants (k/2, k/4, 4) float64 values for k in 4, 8, 16; got "
+                        f"({len(a)}, {len(b)}, {len(c)})")
+    sig = types.UniTuple(types.float64, 4)(a, b, c)
+
+    def codegen(context, builder, sig, args):
+        values = [builder.extract_value(args[n], i) for n, tup in enumerate(sig.args) for i in range(len(tup))]
+        double = ir.DoubleType()
+        fnty = ir.FunctionType(ir.LiteralStructType([double] * 4), [double] * len(values))
+        ops, n = [], 4
+        for count in (k // 2, k // 4, 4):
+            ops.append("{" + ", ".join(f"${n + i}" for i in range(count)) + "}")
+            n += count
+        text = f"mma.sync.aligned.m16n8k{k}.row.col.f64.f64.f64.f64 {{$0, $1, $2, $3}}, {', '.join(ops)};"
+        asm = ir.InlineAsm(fnty, text, ",".join(["=d"] * 4 + ["d"] * len(values)))
+        out = builder.call(asm, values)
+        return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(4)])
+
+    return sig, codegen

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 import numpy as np
 
 from . import arrays
-from .constraints import MAX_STATIC_SHARED_BYTES, matmul_shared_bytes, matmul_threads, shared_stages
+from .constraints import MAX_STATIC_SHARED_BYTES, matmul_shared_bytes, matmul_threads, shared_pad, shared_stages
 from .device import simulator_active
 from .launch import Plan, Planned, configure
 
@@ -36,12 +36,19 @@ def _vector_width(vec: int, extent: int) -> int:
 def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str, Any], simulator: bool) -> dict:
     layout = family["layout"]
     ctx: dict[str, Any] = {**params, "dtype": dtype, "SIM": simulator, "TRANS_A": layout[0] == "t",
-                           "TRANS_B": layout[1] == "t",
+                           "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
                            "description": f"matmul {layout} {dtype} {dict(params)}"}
     if params["strategy"] == "tiled":
         threads = matmul_threads(params)
         vec = params["VEC"]
+        mma = params.get("MMA", 0)
+        if mma:  # the mma fragment layout fixes how threads and shared tiles are arranged
+            ctx.update(A_SMEM="kmajor", THREAD_LAYOUT="mma", WARP_ROWS=8)
+        pad = shared_pad(params)
         ctx.update(
+            MMA_SLOTS=mma // 2 + mma // 4,
+            AS_LD=params["BM"] + pad,
+            BS_LD=params["BN"] + pad,
             THREADS=threads,
             ASYNC_STAGES=params.get("ASYNC_STAGES", 0),
             STAGES=shared_stages(params),
@@ -49,9 +56,9 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
             DYNAMIC_SHARED=dynamic_shared_bytes(params, dtype) > 0,
             LOADS_A=params["BM"] * params["BK"] // (threads * vec),
             LOADS_B=params["BK"] * params["BN"] // (threads * vec),
-            VA=_vector_width(vec, params["TM"]) if params["A_SMEM"] == "kmajor" else 1,
+            VA=_vector_width(vec, params["TM"]) if ctx["A_SMEM"] == "kmajor" else 1,
             VB=_vector_width(vec, params["TN"]),
-            VC=_vector_width(vec, params["TN"]),
+            VC=_vector_width(vec, 2 if mma else params["TN"]),
         )
     return ctx
 

@@ -36,7 +36,6 @@ def cases(small: bool, kinds=("matmul", "reduce"), dtypes=("float32", "float64")
 
 def selftest(small: bool = False, kinds=("matmul", "reduce"), dtypes=("float32", "float64"), out=sys.stdout) -> bool:
     rng = np.random.default_rng()
-    failures, checked, t0 = [], 0, time.time()
     plan = []
     for kind, dtype, family, shapes in cases(small, kinds, dtypes):
         sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=int(rng.integers(1 << 30)))
@@ -44,7 +43,13 @@ def selftest(small: bool = False, kinds=("matmul", "reduce"), dtypes=("float32",
             sample = [{"strategy": "naive"}, {"strategy": "shared16"}] + sample
         plan.append((kind, dtype, family, shapes, sample))
     if not small:
-        _compile_ahead(plan, out)
+        compile_ahead(plan, out)
+    return check_plan(plan, rng, out)
+
+
+def check_plan(plan, rng: np.random.Generator, out=sys.stdout) -> bool:
+    """Check every (kind, dtype, family, shapes, sample) of the plan; print failures as they come and a summary."""
+    failures, checked, t0 = [], 0, time.time()
     for kind, dtype, family, shapes, sample in plan:
         for params in sample:
             kernel = build_kernel(kind, params, dtype, **family)
@@ -63,7 +68,7 @@ def selftest(small: bool = False, kinds=("matmul", "reduce"), dtypes=("float32",
     return not failures
 
 
-def _compile_ahead(plan, out) -> None:
+def compile_ahead(plan, out=sys.stdout) -> None:
     """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does."""
     import os
 

@@ -22,10 +22,14 @@ FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"lay
 CHEAP = {"matmul": {"UNROLL_K": (1, 2, 4), "TM": (2, 4), "TN": (2, 4), "BK": (8, 16)}, "reduce": {}}
 
 
-# Besides the covering samples: a cp.async pipeline whose tiles (64 KB) need dynamic shared memory.
+# Besides the covering samples: a cp.async pipeline whose tiles (64 KB) need dynamic shared memory, and the deepest
+# mma (k = 16 needs UNROLL_K >= 16, which the cheap values above leave out).
 EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 4, "VEC": 4, "THREAD_LAYOUT": "strided",
-           "UNROLL_K": 4, "ASYNC_STAGES": 4})]
+           "UNROLL_K": 4, "ASYNC_STAGES": 4}),
+         ("matmul", "float64", {"layout": "nn"},
+          {"strategy": "tiled", "BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 2, "MMA": 16, "UNROLL_K": 16,
+           "MIN_BLOCKS": 2})]
 
 
 def compile_one(item):

@@ -37,7 +37,10 @@ def test_seed_kernels(strategy, shape, rng):
 
 
 def covering(dtype, layout="nn"):
-    sample, _ = load_space("matmul").covering_sample(dtype=dtype, family={"layout": layout})
+    # Every simulated thread is a Python thread and an emulated mma is two block barriers: tensor-core variants are
+    # drawn with small blocks (each MMA value is still pinned once; test_fp64_tensor_core_variants has more).
+    cheap = {"MMA": (0,), "BM": (16, 32, 64), "BN": (16, 32, 64)}
+    sample, _ = load_space("matmul").covering_sample(dtype=dtype, family={"layout": layout}, cheap=cheap)
     return [c for c in sample if c["strategy"] == "tiled"]
 
 
@@ -160,3 +163,19 @@ def test_dtype_and_layout_errors():
         k([[1.0]], np.ones((1, 1), np.float32))
     with pytest.raises(ValueError, match=r"out must be a C-contiguous \(2, 2\) array"):
         k(np.ones((2, 2), np.float32), np.ones((2, 2), np.float32), out=cuda.device_array((3, 2), np.float32))
+
+
+# fp64 tensor-core variants: the simulator emulates mma.sync from the PTX ISA's fragment layouts, so these check
+# which lane loads which element of A and B and where its results land, on interior and edge blocks.
+MMA = [({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 8, "MMA": 4}, "nn"),
+       ({"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "EDGE": "clamp"}, "tt"),
+       ({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 16, "MMA": 16, "SPLIT_K": 2,
+         "PREFETCH": 0}, "tn")]
+
+
+@pytest.mark.parametrize("params,layout", MMA)
+def test_fp64_tensor_core_variants(params, layout, rng):
+    k = build_kernel("matmul", params, "float64", layout=layout)
+    for shape in [(7, 13, 5), (37, 29, 41)]:
+        C, A, B = run(k, rng, shape, "float64", layout)
+        assert_matmul_close(C, A, B)

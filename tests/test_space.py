@@ -73,7 +73,8 @@ def test_unknown_kind_and_dtype():
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_covering_sample_uses_every_value(matmul_space, family, dtype):
     sample, uncovered = matmul_space.covering_sample(dtype=dtype, family=family)
-    assert uncovered == ({("VEC", 4)} if dtype == "float64" else set())
+    # 16-byte vectors hold two doubles; the mma.sync used (MMA > 0) is float64's.
+    assert uncovered == ({("VEC", 4)} if dtype == "float64" else {("MMA", 4), ("MMA", 8), ("MMA", 16)})
     for name, param in matmul_space.params.items():
         used = {c[name] for c in sample if name in c}
         assert used == set(param.values) - {v for n, v in uncovered if n == name}, name
@@ -142,3 +143,27 @@ def test_malformed_user_space_files(tmp_path, body, message):
     with pytest.raises(SpaceError) as err:
         load_space("matmul", path)
     assert message in str(err.value) and str(path) in str(err.value)
+
+
+WINNER_FP64 = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "VEC": 2, "MMA": 4, "UNROLL_K": 16}
+
+
+@pytest.mark.parametrize("change, message", [
+    ({}, None),
+    ({"MMA": 8, "UNROLL_K": 4, "BK": 8}, "MMA=8 must divide UNROLL_K=4"),
+    ({"BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 1}, "TN=1 must be even"),
+    ({"BM": 64, "TM": 16}, "8 x 4 lanes must tile the BM/TM x BN/TN = 4 x 16 thread grid"),
+    ({"MIN_BLOCKS": 2}, "256 threads x 2 blocks per SM leave 128 registers per thread"),
+    ({"ASYNC_STAGES": 3}, "fed by the cp.async pipeline"),
+    ({"THREAD_LAYOUT": "strided"}, "parameter THREAD_LAYOUT does not apply"),
+])
+def test_tensor_core_variants_are_checked(matmul_space, change, message):
+    params = {**WINNER_FP64, **change}
+    if message is None:
+        assert matmul_space.validate(params, dtype="float64", family={"layout": "nn"})["MMA"] == 4
+        with pytest.raises(ValueError, match="the mma.sync m16n8k4 used is float64's"):
+            matmul_space.validate(params, dtype="float32", family={"layout": "nn"})
+        return
+    with pytest.raises(ValueError) as err:
+        matmul_space.validate(params, dtype="float64", family={"layout": "nn"})
+    assert message in str(err.value)
