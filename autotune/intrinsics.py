@@ -137,13 +137,13 @@ def dmma_m16n8(typingctx, a, b, c):
     sig = types.UniTuple(types.float64, 4)(a, b, c)
 
     def codegen(context, builder, sig, args):
-        values = [builder.extract_value(args[n], i) for n, tup in enumerate(sig.args) for i in range(len(tup))]
+        values = [builder.extract_value(arg, i) for arg, tup in zip(args, sig.args) for i in range(len(tup))]
         double = ir.DoubleType()
         fnty = ir.FunctionType(ir.LiteralStructType([double] * 4), [double] * len(values))
-        ops, n = [], 4
+        ops, first = [], 4  # operands $0-$3 are the outputs
         for count in (k // 2, k // 4, 4):
-            ops.append("{" + ", ".join(f"${n + i}" for i in range(count)) + "}")
-            n += count
+            ops.append("{" + ", ".join(f"${first + i}" for i in range(count)) + "}")
+            first += count
         text = f"mma.sync.aligned.m16n8k{k}.row.col.f64.f64.f64.f64 {{$0, $1, $2, $3}}, {', '.join(ops)};"
         asm = ir.InlineAsm(fnty, text, ",".join(["=d"] * 4 + ["d"] * len(values)))
         out = builder.call(asm, values)

@@ -41,9 +41,9 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
     if params["strategy"] == "tiled":
         threads = matmul_threads(params)
         vec = params["VEC"]
-        mma = params.get("MMA", 0)
-        if mma:  # the mma fragment layout fixes how threads and shared tiles are arranged
-            ctx.update(A_SMEM="kmajor", THREAD_LAYOUT="mma", WARP_ROWS=8)
+        mma = ctx["MMA"]
+        if mma:  # fragments are loaded from a k-major A tile; the thread arrangement is the mma's (template)
+            ctx["A_SMEM"] = "kmajor"
         pad = shared_pad(params)
         ctx.update(
             MMA_SLOTS=mma // 2 + mma // 4,
