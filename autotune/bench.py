@@ -158,8 +158,9 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     command = "autotune " + " ".join(sys.argv[1:])
     header = (f"# autotune bench {kind} on {device.name}\n\n"
               f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
-              f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each, "
-              f"after warm-up; every autotune variant was first checked exactly against float64 NumPy.\n")
+              f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each and "
+              f"the call queued behind a 200 us GPU sleep (GPU time only, host launch time hidden), after warm-up; "
+              f"every autotune variant was first checked exactly against float64 NumPy.\n")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md = out / f"{device.slug}-{name}.md"

@@ -161,8 +161,9 @@ def run_tune(args) -> int:
     if not require_gpu(args, kind):
         return 3
     from . import report
-    from .db import db_dir, db_path, entry_for
+    from .db import db_dir, db_path
     from .device import current_device
+    from .lookup import tuning_starts
     from .tuner import TuneConfig, Tuner
 
     sim = args.simulator
@@ -190,8 +191,8 @@ def run_tune(args) -> int:
     for problem in problems:
         print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler})",
               file=sys.stderr)
-        incumbent = entry_for(db_file, problem)
-        results.append(Tuner(problem, config, device, incumbent=incumbent.params if incumbent else None).run())
+        incumbent, neighbours = tuning_starts(db_file, problem)
+        results.append(Tuner(problem, config, device, incumbent=incumbent, neighbours=neighbours).run())
     print(report.tune_table(results, device))
     write = (args.write_db or not sim) and not args.no_db
     if write:

@@ -156,13 +156,6 @@ def load_folder(folder: Path) -> list[DbFile]:
 
 
 # -- writing ----------------------------------------------------------------------------------------
-def entry_for(path: Path, problem: Problem) -> Entry | None:
-    """The valid entry for exactly this problem in the file at ``path``, if any."""
-    if not path.exists():
-        return None
-    return next((e for e in load_file(path).entries if e.problem.key == problem.key), None)
-
-
 def entry_record(problem: Problem, params: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     """A database entry in file form, its keys in a fixed order."""
     record: dict[str, Any] = {"kernel": problem.kind, "dtype": problem.dtype, "shape": list(problem.shape)}

@@ -90,17 +90,34 @@ def choose(problem: Problem, folder: Path, device: str | None = None) -> tuple[d
 
 
 def nearest(problem: Problem, entries: list[Entry]) -> tuple[Entry | None, float]:
-    best, best_distance = None, math.inf
+    ranked = by_distance(problem, entries)
+    return (ranked[0][1], ranked[0][0]) if ranked else (None, math.inf)
+
+
+def by_distance(problem: Problem, entries: list[Entry]) -> list[tuple[float, Entry]]:
+    """The entries of the same kind, dtype and family, nearest shape first (distance: sum of |log2| ratios)."""
+    found = []
     for entry in entries:
         other = entry.problem
         if (other.kind, other.dtype, dict(other.family)) != (problem.kind, problem.dtype, dict(problem.family)):
             continue
         if len(other.shape) != len(problem.shape):
             continue
-        distance = sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(problem.shape, other.shape))
-        if distance < best_distance:
-            best, best_distance = entry, distance
-    return best, best_distance
+        found.append((sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(problem.shape, other.shape)), entry))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def tuning_starts(path: Path, problem: Problem, neighbours: int = 3) -> tuple[dict[str, Any] | None,
+                                                                              list[dict[str, Any]]]:
+    """What a tuning run measures first, from the database file at ``path``: the entry for ``problem`` (the
+    incumbent, None if there is none) and the winners of the ``neighbours`` nearest other shapes of its kind,
+    dtype and family. A neighbour is often close to this shape's best: the 1024^3 winner, clamped at the edges,
+    beat the 1000^3 entry by 16% on the H100 (benchmarks/NOTES.md item 20)."""
+    if not path.exists():
+        return None, []
+    ranked = by_distance(problem, load_file(path).entries)
+    incumbent = next((e.params for distance, e in ranked if distance == 0), None)
+    return incumbent, [e.params for distance, e in ranked if distance > 0][:neighbours]
 
 
 def default_params(problem: Problem) -> dict[str, Any]:

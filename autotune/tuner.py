@@ -140,11 +140,14 @@ class Tuner:
     """Tunes one problem on one or more GPUs of one model into one study."""
 
     def __init__(self, problem: Problem, config: TuneConfig, device: DeviceInfo,
-                 report: Callable[[str], None] | None = None, incumbent: dict[str, Any] | None = None):
+                 report: Callable[[str], None] | None = None, incumbent: dict[str, Any] | None = None,
+                 neighbours: list[dict[str, Any]] | None = None):
         """``incumbent``: the database's current winner for this problem, measured first so that the run's best
-        is compared with it under the same conditions (its recorded time may come from older code)."""
+        is compared with it under the same conditions (its recorded time may come from older code).
+        ``neighbours``: the winners of nearby shapes, measured next."""
         self.problem = problem
         self.incumbent = incumbent
+        self.neighbours = list(neighbours or [])
         self.config = config
         self.device = device
         self.space = load_space(problem.kind, config.space_path)
@@ -272,12 +275,12 @@ class Tuner:
             self.study.tell(trial, state=TrialState.FAIL)
 
     def _enqueue_starts(self) -> None:
-        """The database's current winner and the search space's starting configurations are measured first
-        (those valid for this problem and not in the study yet), so the sampler begins from known-good regions;
-        on resume nothing is added twice."""
+        """The database's current winner, its nearby shapes' winners and the search space's starting
+        configurations are measured first (those valid for this problem and not in the study yet), so the sampler
+        begins from known-good regions; on resume nothing is added twice."""
         if self.config.sampler == "grid":
             return
-        starts = ([self.incumbent] if self.incumbent else []) + list(self.space.starts)
+        starts = ([self.incumbent] if self.incumbent else []) + self.neighbours + list(self.space.starts)
         for start in starts:
             for config in self._start_variants(start):
                 if config_key(config) not in self._seen:

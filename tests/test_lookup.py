@@ -9,7 +9,7 @@ import pytest
 
 from autotune import db, get_best_kernel
 from autotune.compiler import source_path
-from autotune.lookup import TunedKernelWarning
+from autotune.lookup import TunedKernelWarning, tuning_starts
 from autotune.problem import Instance, Problem
 from autotune.space import load_space
 
@@ -54,6 +54,22 @@ def test_nearest_shape_on_a_log_scale(folder):
     assert "nearest entry, shape 64x64x64" in notes[0]
     k, notes = lookup("matmul", (3000, 3000, 5000), db=folder)
     assert all(k.params[n] == v for n, v in MATMUL_B.items())
+
+
+def test_tuning_starts_are_the_entry_then_the_nearest_shapes(tmp_path):
+    MATMUL_C = {**MATMUL_A, "EDGE": "clamp"}
+    write_db(tmp_path, SIM, [("matmul", (4096, 4096, 4096), {"layout": "nn"}, MATMUL_B),
+                             ("matmul", (1000, 1000, 1000), {"layout": "nn"}, MATMUL_C),
+                             ("matmul", (1024, 1024, 1024), {"layout": "nn"}, MATMUL_A),
+                             ("matmul", (1024, 1024, 1024), {"layout": "tt"}, MATMUL_B),
+                             ("reduce", (1000,), {"op": "max"}, {"BLOCK": 64, "WAVES": 1})])
+    path = tmp_path / f"{db.device_slug(SIM['name'])}.yaml"
+    incumbent, neighbours = tuning_starts(path, Problem("matmul", (1000, 1000, 1000), "float32"))
+    assert incumbent["EDGE"] == "clamp" and incumbent["BM"] == 32
+    assert [n["BM"] for n in neighbours] == [32, 64]  # 1024^3 (nn), then 4096^3; the tt entry is another family
+    incumbent, neighbours = tuning_starts(path, Problem("matmul", (2000, 2000, 2000), "float32"), neighbours=1)
+    assert incumbent is None and neighbours[0]["EDGE"] == "interior" and neighbours[0]["BM"] == 32
+    assert tuning_starts(tmp_path / "missing.yaml", Problem("matmul", (8, 8, 8), "float32")) == (None, [])
 
 
 def test_default_when_nothing_matches(folder):

@@ -115,24 +115,32 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
     assert yaml.safe_load(path.read_text())["entries"][0]["params"]["BLOCK"] == 128
 
 
-def test_matmul_starts_are_split_to_fill_the_gpu(tmp_path):
+def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes one and
-    two waves of blocks; on a problem with enough tiles, or too little K to split, it is tried as written."""
+    two waves of blocks; where its tiles overhang M or N, also with clamped edges; on a problem with enough whole
+    tiles, or too little K to split, it is tried as written."""
     from dataclasses import replace
 
     start = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4}
     config = TuneConfig(state_dir=tmp_path, baseline=False)
     h100 = replace(current_device(), sm_count=132)
 
-    def splits(shape):
+    def variants(shape):
         tuner = Tuner(Problem("matmul", shape, "float32"), config, h100, report=lambda l: None)
-        return [c["SPLIT_K"] for c in tuner._start_variants(start)]
+        return [(c["SPLIT_K"], c["EDGE"][0]) for c in tuner._start_variants(start)]
 
-    assert splits((8192, 128, 8192)) == [2, 4, 1]      # 64 x 2 = 128 blocks: 2 splits reach 132, 4 reach 264
-    assert splits((127, 3000, 511)) == [4, 8, 1]       # 47 blocks; 511 / 8 still holds two 16-deep tiles
-    assert splits((4096, 4096, 4096)) == [1]           # 2048 blocks
-    assert splits((127, 3000, 40)) == [1]              # K too short to split
-    assert splits((127, 3000, 100)) == [1]             # 47 blocks x 2 < 132 and x 4 leaves K/4 < 2 tiles
+    # 64 x 2 = 128 blocks: 2 splits reach 132, 4 reach 264
+    assert variants((8192, 128, 8192)) == [(2, "i"), (4, "i"), (1, "i")]
+    # 47 blocks; 511 / 8 still holds two 16-deep tiles; 127 rows overhang the 128-row tile
+    assert variants((127, 3000, 511)) == [(4, "i"), (8, "i"), (4, "c"), (8, "c"), (1, "c"), (1, "i")]
+    assert variants((4096, 4096, 4096)) == [(1, "i")]                          # 2048 whole tiles
+    assert variants((127, 3000, 40)) == [(1, "c"), (1, "i")]                  # K too short to split
+    assert variants((4096, 4096 - 8, 100)) == [(1, "c"), (1, "i")]            # N overhangs
+    clamped = {**start, "EDGE": "clamp"}
+    tuner = Tuner(Problem("matmul", (1000, 1000, 1000), "float32"), config, h100, report=lambda l: None)
+    # already clamped: split (8 x 16 blocks), no second clamped copy
+    assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner._start_variants(clamped)] == [(2, "clamp"), (4, "clamp"),
+                                                                                   (1, "clamp")]
 
 
 def run_cli(args, cwd, **kwargs):
