@@ -50,7 +50,7 @@ def test_covering_sample_of_tiled_variants(dtype, rng):
     assert len(configs) >= 4
     for params in configs:
         k = build_kernel("matmul", params, dtype)
-        for shape in SHAPES[1:4]:
+        for shape in [(7, 13, 5), (21, 19, 37), (17, 19, 1)]:  # a partial tile; whole and partial ones; K = 1
             C, A, B = run(k, rng, shape, dtype)
             assert_matmul_close(C, A, B)
 

@@ -239,14 +239,15 @@ def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url
     """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
     from autotune.tuner import config_key
 
-    shape = str(100 + os.getpid() % 10000)  # a study of its own on a server that may have seen earlier runs
-    args = ["reduce", "--simulator", "--shape", shape, "--trials", "8", "--sampler", "random",
+    name = "reduce/float32/sum/all/37@cuda-simulator"
+    if name in [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]:
+        optuna.delete_study(study_name=name, storage=postgres_url)  # left by an earlier run on this server
+    args = ["reduce", "--simulator", "--shape", "37", "--trials", "8", "--sampler", "random",
             "--compile-workers", "1", "--storage", postgres_url, "--no-db"]
     procs = [run_cli(args + ["--seed", str(seed)], tmp_path) for seed in (1, 2)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    study = optuna.load_study(study_name=f"reduce/float32/sum/all/{shape}@cuda-simulator", storage=postgres_url)
-    trials = study.trials
+    trials = optuna.load_study(study_name=name, storage=postgres_url).trials
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     measured = [t for t in trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
     # Each process stops asking at 8 but finishes what it has in flight: one trial on its GPU worker and at most
