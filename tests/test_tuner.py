@@ -79,6 +79,20 @@ def test_starting_configurations_are_measured_first_where_valid(tmp_path):
                for t in tuner.study.trials) == 1
 
 
+def test_nearby_shapes_winners_are_measured_right_after_the_incumbent(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                     "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                     "starts:\n  - {BLOCK: 64}\n")
+    config = TuneConfig(trials=3, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
+                        baseline=False)
+    neighbours = [{"BLOCK": 64, "VEC": 4}, {"BLOCK": 128}]  # the first is not in this space
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None,
+                  incumbent={"BLOCK": 32}, neighbours=neighbours)
+    tuner.run()
+    assert [t.user_attrs["config"]["BLOCK"] for t in tuner.study.trials[:3]] == [32, 128, 64]
+
+
 def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp_path):
     """The current entry's configuration is re-measured in the run, so the run's best replaces the entry even
     when the entry records a lower time (from older code); a run that did not measure it cannot."""
