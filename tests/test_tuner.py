@@ -42,16 +42,23 @@ def test_failures_are_recorded_and_the_study_completes(tmp_path, monkeypatch):
     assert reasons[512][0] == "verify" and "differ from the float64 reference" in reasons[512][1]
 
 
+def reduce_tuner(tmp_path, space_text: str, trials: int, **kwargs) -> Tuner:
+    """A tuner for a max over 33 elements in the simulator, in a small space written for the test."""
+    space = tmp_path / "space.yaml"
+    space.write_text(space_text)
+    config = TuneConfig(trials=trials, sampler="random", state_dir=tmp_path, space_path=str(space),
+                        compile_workers=1, baseline=False)
+    return Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None,
+                 **kwargs)
+
+
 def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
     """A space with two valid configurations: the sampler's other proposals are pruned or answered from the
     study, and each valid configuration is measured exactly once."""
-    space = tmp_path / "space.yaml"
-    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n"
-                     "  VEC: {values: [1, 2, 4]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
-                     "constraints:\n  - {name: vector_bytes_at_most, max: 8}\n  - {name: divides, args: [VEC, ITEMS]}\n")
-    config = TuneConfig(trials=2, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
-                        baseline=False)
-    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n"
+                         "  VEC: {values: [1, 2, 4]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                         "constraints:\n  - {name: vector_bytes_at_most, max: 8}\n"
+                         "  - {name: divides, args: [VEC, ITEMS]}\n", trials=2)
     result = tuner.run()
     trials = tuner.study.trials
     measured = [t.user_attrs["config"] for t in trials if t.state == TrialState.COMPLETE
@@ -63,14 +70,10 @@ def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
 
 
 def test_starting_configurations_are_measured_first_where_valid(tmp_path):
-    space = tmp_path / "space.yaml"
-    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
-                     "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
-                     "constraints:\n  - {name: divides, args: [VEC, ITEMS]}\n"
-                     "starts:\n  - {BLOCK: 128, VEC: 2}\n  - {BLOCK: 64}\n")
-    config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
-                        baseline=False)
-    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                         "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                         "constraints:\n  - {name: divides, args: [VEC, ITEMS]}\n"
+                         "starts:\n  - {BLOCK: 128, VEC: 2}\n  - {BLOCK: 64}\n", trials=1)
     tuner.run()
     first = tuner.study.trials[0]
     assert first.state == TrialState.COMPLETE and first.user_attrs["config"]["BLOCK"] == 64
@@ -80,15 +83,10 @@ def test_starting_configurations_are_measured_first_where_valid(tmp_path):
 
 
 def test_nearby_shapes_winners_are_measured_right_after_the_incumbent(tmp_path):
-    space = tmp_path / "space.yaml"
-    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
-                     "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
-                     "starts:\n  - {BLOCK: 64}\n")
-    config = TuneConfig(trials=3, sampler="random", state_dir=tmp_path, space_path=str(space), compile_workers=1,
-                        baseline=False)
     neighbours = [{"BLOCK": 64, "VEC": 4}, {"BLOCK": 128}]  # the first is not in this space
-    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None,
-                  incumbent={"BLOCK": 32}, neighbours=neighbours)
+    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                         "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+                         "starts:\n  - {BLOCK: 64}\n", trials=3, incumbent={"BLOCK": 32}, neighbours=neighbours)
     tuner.run()
     assert [t.user_attrs["config"]["BLOCK"] for t in tuner.study.trials[:3]] == [32, 128, 64]
 
