@@ -54,21 +54,23 @@ def quantile(values: list[float], q: float) -> float:
 
 class L2Flusher:
     """Overwrites a buffer twice the device's L2 size, so what the next run reads comes from device memory, then
-    queues the lead: a one-thread kernel that sleeps ``lead_us`` on the GPU while the host queues the timed call."""
+    queues the lead: a one-thread kernel that sleeps ``lead_us`` on the GPU while the host queues the timed call
+    (``lead_us=0``: no lead, the method before benchmarks/NOTES.md item 20)."""
 
     def __init__(self, lead_us: float = 200.0):
         from numba import cuda
 
         self.nbytes = 2 * current_device().l2_bytes
         self.buffer = cuda.device_array(self.nbytes, dtype="uint8")
-        self._sleep = _sleep_kernel()[1, 1]
-        self._naps = _naps_for(self._sleep, lead_us)
+        self._sleep = _sleep_kernel()[1, 1] if lead_us > 0 else None
+        self._naps = _naps_for(self._sleep, lead_us) if self._sleep else 0
 
     def __call__(self) -> None:
         from numba.cuda.cudadrv.driver import device_memset
 
         device_memset(self.buffer, 0, self.nbytes)
-        self._sleep(self._naps)
+        if self._sleep:
+            self._sleep(self._naps)
 
 
 def _sleep_kernel():

@@ -3,9 +3,10 @@ database's entries for the irregular shapes?
 
 For each shape, the tuned entry and the candidates below are checked against cuBLAS (CuPy), then timed with
 autotune.timing.bench (CUDA events, warm-up, L2 flushed before each run, median) two ways:
-  plain  - as `autotune bench` and the tuner time them: flush, start event, call, end event;
+  plain  - as `autotune bench` and the tuner timed them before: flush, start event, call, end event;
   lead   - the same with a ~200 us sleeping kernel queued after the flush, so the host has queued the call before
-           the GPU reaches the start event: only GPU time is measured.
+           the GPU reaches the start event: only GPU time is measured (what timing.L2Flusher does by default
+           since this probe).
 cuBLAS through CuPy and PyTorch (TF32 off) is timed both ways in the same process. Kernels are compiled in
 parallel CPU processes first (Numba's disk cache), as `autotune bench` does.
 
@@ -16,7 +17,6 @@ import os
 from pathlib import Path
 
 import cupy as cp
-from numba import cuda
 
 from autotune import get_best_kernel
 from autotune.build import build_kernel
@@ -46,26 +46,6 @@ CANDIDATES = {
 }
 
 
-class Lead:
-    """Flush L2, then queue a kernel that sleeps ~200 us, so the timed call is queued before the GPU gets to it."""
-
-    def __init__(self, flush):
-        self.flush = flush
-
-        @cuda.jit
-        def sleep(n):
-            for _ in range(n):
-                cuda.nanosleep(1000)
-
-        self.sleep = sleep[1, 1]
-        self.sleep(200)
-        cuda.synchronize()
-
-    def __call__(self):
-        self.flush()
-        self.sleep(200)
-
-
 def checked(kernel, A, B, C):
     C.fill(cp.nan)
     kernel(A, B, out=C)
@@ -89,8 +69,7 @@ def main() -> None:
     import torch
 
     torch.backends.cuda.matmul.allow_tf32 = False
-    flush = L2Flusher()
-    lead = Lead(flush)
+    flush, lead = L2Flusher(lead_us=0), L2Flusher()
     compile_all(list(CANDIDATES))
     rows = []
     for shape, candidates in CANDIDATES.items():
