@@ -85,18 +85,27 @@ def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: i
     """
     if start.get("strategy", "tiled") != "tiled":
         return []
-    M, N, K = shape
-    fitted = []
-    if start.get("SPLIT_K", 1) == 1:
-        splits = space.params["SPLIT_K"].values
-        blocks = -(-M // start["BM"]) * -(-N // start["BN"])
-        for waves in (1, 2):
-            split = next((s for s in splits if blocks * s >= waves * sm_count), None)
-            if split and split > 1 and K >= 2 * start["BK"] * split and split not in [c["SPLIT_K"] for c in fitted]:
-                fitted.append({**start, "SPLIT_K": split})
+    M, N, _ = shape
+    splits = _filling_splits(start, shape, sm_count, space.params["SPLIT_K"].values)
+    fitted = [{**start, "SPLIT_K": s} for s in splits]
     if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
         fitted += [{**c, "EDGE": "clamp"} for c in [*fitted, start]]
     return fitted
+
+
+def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
+    """The smallest K splits that give one and two waves of blocks, each split keeping two K tiles; none for a
+    start that already splits."""
+    if start.get("SPLIT_K", 1) != 1:
+        return []
+    M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"])
+    found: list[int] = []
+    for waves in (1, 2):
+        split = next((s for s in splits if blocks * s >= waves * sm_count), None)
+        if split and split > 1 and K >= 2 * start["BK"] * split and split not in found:
+            found.append(split)
+    return found
 
 
 def index_type(params: Mapping[str, Any]) -> str:
