@@ -88,13 +88,20 @@ def _number(pattern: str, text: str) -> int:
     return int(match.group(1))
 
 
-def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
-    """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode
+def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:
+    """The PTX of the kernel's Python function, with its launch bounds; no GPU needed."""
     from numba import cuda
 
     options = getattr(dispatcher, "targetoptions", {})
     ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc, launch_bounds=options.get("launch_bounds"))
+    return ptx
+
+
+def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
+    """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    ptx = ptx_of(dispatcher, signature, cc)
     linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=f"sm_{cc[0]}{cc[1]}", verbose=True))
     linker.link("cubin")
     log = linker.get_info_log()

@@ -5,6 +5,10 @@ element pointer to an LLVM vector and load or store it with the vector's natural
 ``ld.global.v4.f32`` / ``ld.shared.v4.f32``. The caller guarantees the alignment (flat index a multiple of the
 width and a suitably aligned base pointer); the generated kernels check this before taking the vector path.
 
+Numba's ``cuda.atomic.add`` returns the old value, so ptxas keeps a waiting ``ATOMG`` per element even when the
+value is dropped; ``red_add<n>`` emit ``red.global.add`` (``REDG``, nothing returned), four fp32 elements at once
+where the address allows (sm_90's ``red.global.add.v4.f32``).
+
 Numba has no asynchronous copies either: ``cp_async<n>`` and the commit/wait functions emit sm_80's
 ``cp.async`` as inline PTX, which NVVM passes through (numba-cuda uses inline assembly the same way).
 """
@@ -69,6 +73,51 @@ def vstore4(typingctx, arr, idx, v0, v1, v2, v3):
 
 vload2 = _make_vload(2)
 vload4 = _make_vload(4)
+
+
+def _red_add_codegen(width: int):
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        ptr = _element_pointer(context, builder, arrty, args[0], args[1])
+        values = [context.cast(builder, v, t, arrty.dtype) for v, t in zip(args[2:], sig.args[2:])]
+        ptx_type, reg = ("f32", "f") if arrty.dtype == types.float32 else ("f64", "d")
+        shape = "" if width == 1 else f".v{width}"
+        operands = "$1" if width == 1 else "{" + ", ".join(f"${1 + j}" for j in range(width)) + "}"
+        text = (f"{{ .reg .u64 g; cvta.to.global.u64 g, $0; "
+                f"red.relaxed.gpu.global.add{shape}.{ptx_type} [g], {operands}; }}")
+        fnty = ir.FunctionType(ir.VoidType(), [ptr.type] + [v.type for v in values])
+        asm = ir.InlineAsm(fnty, text, ",".join(["l"] + [reg] * width + ["~{memory}"]), side_effect=True)
+        builder.call(asm, [ptr] + values)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _check_red_add(arr, width: int) -> None:
+    if arr.dtype not in (types.float32, types.float64) or (width > 1 and arr.dtype != types.float32):
+        raise TypeError(f"red_add{width} adds to a float32{' or float64' if width == 1 else ''} array, "
+                        f"not {arr.dtype}")
+
+
+@intrinsic
+def red_add1(typingctx, arr, idx, v0):
+    """arr[idx] += v0 atomically (a global array), nothing returned."""
+    _check_red_add(arr, 1)
+    return types.void(arr, idx, v0), _red_add_codegen(1)
+
+
+@intrinsic
+def red_add2(typingctx, arr, idx, v0, v1):
+    """arr[idx:idx + 2] += (v0, v1) atomically per element; float32, idx 8-byte aligned."""
+    _check_red_add(arr, 2)
+    return types.void(arr, idx, v0, v1), _red_add_codegen(2)
+
+
+@intrinsic
+def red_add4(typingctx, arr, idx, v0, v1, v2, v3):
+    """arr[idx:idx + 4] += (v0..v3) atomically per element; float32, idx 16-byte aligned."""
+    _check_red_add(arr, 4)
+    return types.void(arr, idx, v0, v1, v2, v3), _red_add_codegen(4)
 
 
 def _shared_address(context, builder, arrty, array_value, index):

@@ -11,11 +11,16 @@ from autotune.constraints import threads
 HERE = Path(__file__).parent
 
 
-def test_covering_samples_compile_for_sm90():
+def run_compiler_script(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    """Run a script of tests/ in its own process with the real compiler, not the simulator."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(HERE.parent)
-    proc = subprocess.run([sys.executable, str(HERE / "compile_sample.py"), "2"], capture_output=True, text=True,
-                          env=env, timeout=900)
+    return subprocess.run([sys.executable, *(str(HERE / a) if a.endswith(".py") else a for a in args)],
+                          capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def test_covering_samples_compile_for_sm90():
+    proc = run_compiler_script("compile_sample.py", "2")
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     failed = [r for r in results if "error" in r]
@@ -39,3 +44,18 @@ def test_covering_samples_compile_for_sm90():
 
         for name, param in load_space(kind).params.items():
             assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled
+
+
+def test_split_k_adds_without_waiting_and_swizzles_in_32_bits():
+    """Split-K results reach C by red.global.add (fp32 four at a time), not by atom, whose returned old value
+    ptxas waits for; with 32-bit indices the block swizzle divides in 32 bits, not by Numba's signed 64-bit
+    floor division (a branch and a slow path per division)."""
+    proc = run_compiler_script("ptx_sample.py", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = json.loads(proc.stdout)
+    f32, f64 = ptx["float32 split-K"], ptx["float64 split-K"]
+    assert "red.relaxed.gpu.global.add.v4.f32" in f32 and "red.relaxed.gpu.global.add.f32" in f32
+    assert "red.relaxed.gpu.global.add.f64" in f64
+    for text in (f32, f64):
+        assert "atom." not in text
+        assert "div.u32" in text and not any(op in text for op in ("div.s64", "rem.s64", "div.u64", "rem.u64"))

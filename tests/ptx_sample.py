@@ -1,0 +1,24 @@
+"""Print the PTX of a few fixed matmul variants as one JSON object, for tests/test_compile.py to read.
+
+Run in its own process, without the CUDA simulator (see compile_sample.py).
+"""
+import json
+
+from autotune.build import build_kernel
+from autotune.compiler import ptx_of
+
+SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "UNROLL_K": 1, "SPLIT_K": 2, "INDEX_BITS": 32}
+VARIANTS = {"float32 split-K": ("float32", {**SPLIT, "VEC": 4}),
+            "float64 split-K": ("float64", {**SPLIT, "VEC": 2})}
+
+
+def main():
+    out = {}
+    for name, (dtype, params) in VARIANTS.items():
+        kernel = build_kernel("matmul", params, dtype)
+        out[name] = ptx_of(kernel.kernel, kernel.signature)
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main()
