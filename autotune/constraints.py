@@ -139,6 +139,16 @@ def _mma_fits(p, ctx):
     return None
 
 
+def _split_add_fits(p, ctx):
+    if p["SPLIT_ADD"] != "vector":
+        return None
+    if ctx.dtype != "float32":
+        return f"SPLIT_ADD=vector: red.global.add has vectors of float32 only, not {ctx.dtype}"
+    if p["VEC"] == 1 or p["TN"] % 2:
+        return f"SPLIT_ADD=vector needs a thread's columns in vectors (VEC={p['VEC']}, TN={p['TN']})"
+    return None
+
+
 def _shared_bytes_at_most(p, ctx, max):
     n = shared_bytes(p, ctx.itemsize)
     if n > max:
@@ -156,6 +166,7 @@ PREDICATES: dict[str, tuple[Callable[..., str | None], frozenset[str]]] = {
     "accumulators_at_most": (_accumulators_at_most, frozenset({"TM", "TN"})),
     "accumulator_bytes_at_most": (_accumulator_bytes_at_most, frozenset({"TM", "TN"})),
     "shared_bytes_at_most": (_shared_bytes_at_most, frozenset()),
+    "split_add_fits": (_split_add_fits, frozenset({"SPLIT_ADD", "VEC", "TN"})),
     "mma_fits": (_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS", "ASYNC_STAGES"})),
 }
 

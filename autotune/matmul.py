@@ -59,6 +59,7 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
             VA=_vector_width(vec, params["TM"]) if ctx["A_SMEM"] == "kmajor" else 1,
             VB=_vector_width(vec, params["TN"]),
             VC=_vector_width(vec, 2 if mma else params["TN"]),
+            SPLIT_ADD=params.get("SPLIT_ADD", "atomic"),
         )
     return ctx
 
@@ -79,25 +80,28 @@ def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: i
 
     A start written for big squares leaves most SMs idle on a skinny or small problem (128x64 tiles of 8192x128
     are 128 blocks for 132 SMs); splitting K gives the smallest split that reaches one and two waves of blocks,
-    as long as each split keeps at least two K tiles. Where the tiles overhang M or N, the start and its splits
-    are also tried with ``EDGE: clamp``: the 1024^3 winner took 0.063 ms on 1000^3 clamped and 0.082 ms not (H100,
-    benchmarks/NOTES.md item 20), which the tuner's 40 trials had not found.
+    as long as each split keeps at least two K tiles. A split start (given or found) is tried with both ways of
+    adding its slices (SPLIT_ADD; the tuner drops the vector one where the dtype has none). Where the tiles
+    overhang M or N, the start and its splits are also tried with ``EDGE: clamp``: the 1024^3 winner took 0.063 ms
+    on 1000^3 clamped and 0.082 ms not (H100, benchmarks/NOTES.md item 20), which the tuner's 40 trials had not
+    found.
     """
     if start.get("strategy", "tiled") != "tiled":
         return []
     M, N, _ = shape
-    splits = _filling_splits(start, shape, sm_count, space.params["SPLIT_K"].values)
-    fitted = [{**start, "SPLIT_K": s} for s in splits]
+    if start.get("SPLIT_K", 1) > 1:
+        split = [start]
+    else:
+        splits = _filling_splits(start, shape, sm_count, space.params["SPLIT_K"].values)
+        split = [{**start, "SPLIT_K": s} for s in splits]
+    fitted = [{**c, "SPLIT_ADD": add} for c in split for add in ("atomic", "vector")]
     if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
         fitted += [{**c, "EDGE": "clamp"} for c in [*fitted, start]]
     return fitted
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
-    """The smallest K splits that give one and two waves of blocks, each split keeping two K tiles; none for a
-    start that already splits."""
-    if start.get("SPLIT_K", 1) != 1:
-        return []
+    """The smallest K splits that give one and two waves of blocks, each split keeping two K tiles."""
     M, N, K = shape
     blocks = -(-M // start["BM"]) * -(-N // start["BN"])
     found: list[int] = []

@@ -7,9 +7,9 @@ import json
 from autotune.build import build_kernel
 from autotune.compiler import ptx_of
 
-SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "UNROLL_K": 1, "SPLIT_K": 2, "INDEX_BITS": 32}
-VARIANTS = {"float32 split-K": ("float32", {**SPLIT, "VEC": 4}),
-            "float64 split-K": ("float64", {**SPLIT, "VEC": 2})}
+SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
+VARIANTS = {"atomic": ("float32", {**SPLIT, "SPLIT_ADD": "atomic"}),
+            "vector": ("float32", {**SPLIT, "SPLIT_ADD": "vector"})}
 
 
 def main():

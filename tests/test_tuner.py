@@ -129,8 +129,8 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
 
 def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes one and
-    two waves of blocks; where its tiles overhang M or N, also with clamped edges; on a problem with enough whole
-    tiles, or too little K to split, it is tried as written."""
+    two waves of blocks, its slices added both ways; where its tiles overhang M or N, also with clamped edges; on a
+    problem with enough whole tiles, or too little K to split, it is tried as written."""
     from dataclasses import replace
 
     start = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4}
@@ -139,10 +139,21 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
 
     def variants(shape):
         tuner = Tuner(Problem("matmul", shape, "float32"), config, h100, report=lambda l: None)
-        return [(c["SPLIT_K"], c["EDGE"][0]) for c in tuner._start_variants(start)]
+        return [(c["SPLIT_K"], c["EDGE"][0]) for c in tuner._start_variants(start)
+                if c.get("SPLIT_ADD", "atomic") == "atomic"]
+
+    def added(shape, dtype):
+        tuner = Tuner(Problem("matmul", shape, dtype), config, h100, report=lambda l: None)
+        return [(c["SPLIT_K"], c.get("SPLIT_ADD")) for c in tuner._start_variants({**start, "VEC": 2})]
 
     # 64 x 2 = 128 blocks: 2 splits reach 132, 4 reach 264
     assert variants((8192, 128, 8192)) == [(2, "i"), (4, "i"), (1, "i")]
+    assert added((8192, 128, 8192), "float32") == [(2, "atomic"), (2, "vector"), (4, "atomic"), (4, "vector"),
+                                                   (1, None)]
+    assert added((8192, 128, 8192), "float64") == [(2, "atomic"), (4, "atomic"), (1, None)]  # no fp64 vector add
+    tuner = Tuner(Problem("matmul", (127, 3000, 511), "float32"), config, h100, report=lambda l: None)
+    assert [(c["SPLIT_K"], c["SPLIT_ADD"]) for c in tuner._start_variants({**start, "SPLIT_K": 4, "EDGE": "clamp"})
+            ] == [(4, "atomic"), (4, "vector"), (4, "atomic")]  # an entry that splits: its vector add is tried next
     # 47 blocks; 511 / 8 still holds two 16-deep tiles; 127 rows overhang the 128-row tile
     assert variants((127, 3000, 511)) == [(4, "i"), (8, "i"), (4, "c"), (8, "c"), (1, "c"), (1, "i")]
     assert variants((4096, 4096, 4096)) == [(1, "i")]                          # 2048 whole tiles
@@ -151,8 +162,8 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     clamped = {**start, "EDGE": "clamp"}
     tuner = Tuner(Problem("matmul", (1000, 1000, 1000), "float32"), config, h100, report=lambda l: None)
     # already clamped: split (8 x 16 blocks), no second clamped copy
-    assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner._start_variants(clamped)] == [(2, "clamp"), (4, "clamp"),
-                                                                                   (1, "clamp")]
+    assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner._start_variants(clamped)
+            if c.get("SPLIT_ADD", "atomic") == "atomic"] == [(2, "clamp"), (4, "clamp"), (1, "clamp")]
 
 
 def run_cli(args, cwd, **kwargs):
