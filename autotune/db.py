@@ -213,28 +213,41 @@ def atomic_write(path: Path, text: str) -> None:
         raise
 
 
-def merge(existing: list[Entry], incoming: list[Entry], *, force: bool = False) -> tuple[list[Entry], list[str]]:
-    """Entries after merging: an incoming entry replaces the same key only if faster (or forced)."""
+def merge(existing: list[Entry], incoming: list[Entry], *, force: bool = False,
+          reason: str = "--force") -> tuple[list[Entry], list[str]]:
+    """Entries after merging: an incoming entry replaces the same key only if faster, or if forced (``reason``
+    says why, for the note)."""
     merged = {e.problem.key: e for e in existing}
     notes = []
     for entry in incoming:
         old = merged.get(entry.problem.key)
         if old is None or force or entry.median_ms < old.median_ms:
             merged[entry.problem.key] = entry
-            notes.append(f"{'added' if old is None else 'replaced'} {entry.problem.key}: {entry.median_ms:.4g} ms"
-                         + ("" if old is None else f" (was {old.median_ms:.4g} ms)"))
+            notes.append(_replace_note(entry, old, reason))
         else:
             notes.append(f"kept {entry.problem.key}: {old.median_ms:.4g} ms (the new {entry.median_ms:.4g} ms is not "
                          f"faster; --force replaces it)")
     return list(merged.values()), notes
 
 
-def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], *, force: bool = False) -> list[str]:
+def _replace_note(entry: Entry, old: Entry | None, reason: str) -> str:
+    new = f"{entry.problem.key}: {entry.median_ms:.4g} ms"
+    if old is None:
+        return f"added {new}"
+    if entry.params == old.params:
+        return f"re-measured {new} (recorded {old.median_ms:.4g} ms), the same configuration"
+    if entry.median_ms < old.median_ms:
+        return f"replaced {new} (was {old.median_ms:.4g} ms)"
+    return f"replaced {new} (recorded {old.median_ms:.4g} ms; {reason})"
+
+
+def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], *, force: bool = False,
+                  reason: str = "--force") -> list[str]:
     """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were."""
     with locked(path):
         current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
         if current.problems:
             raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
-        entries, notes = merge(current.entries, incoming, force=force)
+        entries, notes = merge(current.entries, incoming, force=force, reason=reason)
         atomic_write(path, dump(current.device if path.exists() else device, entries))
     return notes

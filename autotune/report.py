@@ -84,7 +84,9 @@ def write_results(results, device: DeviceInfo, db: str | None, config, force: bo
             date=datetime.date.today().isoformat())
         # A run that measured the current entry's configuration itself has compared them fairly: its best
         # replaces the entry even if the entry's recorded time (perhaps from older code) is lower.
-        lines += write_entries(path, device.as_dict(), [parse_entry(record)], force=force or r.incumbent_measured)
+        lines += write_entries(path, device.as_dict(), [parse_entry(record)], force=force or r.incumbent_measured,
+                               reason="--force" if force else "this run measured the recorded configuration too, "
+                                                              "and this one was faster")
     return lines + [f"database: {path}"]
 
 

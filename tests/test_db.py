@@ -52,8 +52,9 @@ def test_merge_keeps_others_and_replaces_only_with_faster(tmp_path):
     notes = db.write_entries(path, DEVICE, [entry(ms=3.0)])
     assert "kept" in notes[0]
     assert {e.problem.key: e.median_ms for e in db.load_file(path).entries}["matmul/float32/nn/64x64x64"] == 2.0
-    db.write_entries(path, DEVICE, [entry(ms=1.5)])
-    db.write_entries(path, DEVICE, [entry(ms=9.0)], force=True)
+    assert db.write_entries(path, DEVICE, [entry(ms=1.5)])[0].startswith("re-measured matmul/float32/nn/64x64x64")
+    notes = db.write_entries(path, DEVICE, [entry(ms=9.0, TM=8)], force=True, reason="same-run comparison")
+    assert notes[0].startswith("replaced") and "(recorded 1.5 ms; same-run comparison)" in notes[0]
     times = {e.problem.key: e.median_ms for e in db.load_file(path).entries}
     assert times == {"matmul/float32/nn/64x64x64": 9.0, "reduce/float32/sum/all/1024": 0.5}
 
