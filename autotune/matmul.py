@@ -60,6 +60,7 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
             VB=_vector_width(vec, params["TN"]),
             VC=_vector_width(vec, 2 if mma else params["TN"]),
             SPLIT_ADD=params.get("SPLIT_ADD", "atomic"),
+            PARTIAL_VEC=_vector_width(16 // np.dtype(dtype).itemsize, params["TM"] * params["TN"]),
         )
     return ctx
 
@@ -80,8 +81,8 @@ def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: i
 
     A start written for big squares leaves most SMs idle on a skinny or small problem (128x64 tiles of 8192x128
     are 128 blocks for 132 SMs); splitting K gives the smallest split that reaches one and two waves of blocks,
-    as long as each split keeps at least two K tiles. A split start (given or found) is tried with both ways of
-    adding its slices (SPLIT_ADD; the tuner drops the vector one where the dtype has none). Where the tiles
+    as long as each split keeps at least two K tiles. A split start (given or found) is tried with each way of
+    combining its slices (SPLIT_ADD; the tuner drops the vector one where the dtype has none). Where the tiles
     overhang M or N, the start and its splits are also tried with ``EDGE: clamp``: the 1024^3 winner took 0.063 ms
     on 1000^3 clamped and 0.082 ms not (H100, benchmarks/NOTES.md item 20), which the tuner's 40 trials had not
     found.
@@ -94,7 +95,7 @@ def problem_starts(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: i
     else:
         splits = _filling_splits(start, shape, sm_count, space.params["SPLIT_K"].values)
         split = [{**start, "SPLIT_K": s} for s in splits]
-    fitted = [{**c, "SPLIT_ADD": add} for c in split for add in ("atomic", "vector")]
+    fitted = [{**c, "SPLIT_ADD": add} for c in split for add in ("atomic", "vector", "last_block")]
     if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
         fitted += [{**c, "EDGE": "clamp"} for c in [*fitted, start]]
     return fitted
@@ -118,7 +119,8 @@ def index_type(params: Mapping[str, Any]) -> str:
 
 def signature(params: Mapping[str, Any], dtype: str) -> str:
     it = index_type(params)
-    return f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {', '.join([it] * 7)}, boolean, boolean, boolean)"
+    return (f"void({dtype}[::1], {dtype}[::1], {dtype}[::1], {dtype}[::1], int32[::1], {', '.join([it] * 7)}, "
+            "boolean, boolean, boolean)")
 
 
 class MatmulKernel(Planned):
@@ -180,8 +182,20 @@ class MatmulKernel(Planned):
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
             shared = dynamic_shared_bytes(p, self.dtype)
-            self._launches[key] = (configure(self.kernel, grid, block, shared), k_chunk, grid)
+            self._launches[key] = (configure(self.kernel, grid, block, shared), k_chunk, self._scratch(grid))
         return self._launches[key]
+
+    def _scratch(self, grid) -> tuple:
+        """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block, kept per shape (the
+        counters are zeroed once here; the kernel resets them); one-element stand-ins for other variants."""
+        from numba import cuda
+
+        p = self.params
+        if p.get("SPLIT_K", 1) > 1 and p.get("SPLIT_ADD", "atomic") == "last_block":
+            tiles, slices = grid
+            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=self.dtype),
+                    cuda.to_device(np.zeros(tiles, dtype=np.int32)))
+        return cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
 
     def __call__(self, A, B, out=None):
         if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out))):
@@ -228,15 +242,15 @@ class MatmulKernel(Planned):
         if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
-        configured, k_chunk, grid = self._launch_config(M, N, K)
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K)
         vec = p.get("VEC", 1)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
-        if p.get("SPLIT_K", 1) > 1:  # the template combines K slices with atomics
+        if p.get("SPLIT_K", 1) > 1 and p.get("SPLIT_ADD", "atomic") != "last_block":  # slices add into C
             self._enqueue(*zero(self.module, c_flat))
         i = self._int
-        self._enqueue(configured, a_flat, b_flat, c_flat, i(M), i(N), i(K), i(lda), i(ldb), i(N), i(k_chunk),
-                      vec_a, vec_b, vec_c)
+        self._enqueue(configured, a_flat, b_flat, c_flat, partials, counters, i(M), i(N), i(K), i(lda), i(ldb), i(N),
+                      i(k_chunk), vec_a, vec_b, vec_c)
 
 
 def zero(module, d) -> tuple:

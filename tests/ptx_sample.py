@@ -9,7 +9,8 @@ from autotune.compiler import ptx_of
 
 SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
 VARIANTS = {"atomic": ("float32", {**SPLIT, "SPLIT_ADD": "atomic"}),
-            "vector": ("float32", {**SPLIT, "SPLIT_ADD": "vector"})}
+            "vector": ("float32", {**SPLIT, "SPLIT_ADD": "vector"}),
+            "last_block": ("float32", {**SPLIT, "SPLIT_ADD": "last_block"})}
 
 
 def main():

@@ -47,9 +47,10 @@ def test_covering_samples_compile_for_sm90():
             assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled
 
 
-def test_split_k_vector_adds_are_red_v4():
+def test_split_k_adds_compile_to_the_chosen_instructions():
     """SPLIT_ADD vector adds a thread's vectors of C with red.global.add.v4.f32 (scalar red at the N edge), and no
-    atom; the default keeps Numba's atomic add per element, which database entries written before were timed with."""
+    atom; the default keeps Numba's atomic add per element, which database entries written before were timed with;
+    last_block adds nothing atomically to C: it stores partial tiles (4-wide), fences, and counts blocks."""
     proc = run_compiler_script("ptx_sample.py", timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ptx = json.loads(proc.stdout)
@@ -57,3 +58,6 @@ def test_split_k_vector_adds_are_red_v4():
     assert "red.relaxed.gpu.global.add.v4.f32" in vector and "red.relaxed.gpu.global.add.f32" in vector
     assert not re.search(r"\batom\.", vector)
     assert "atom.global.add.f32" in atomic and not re.search(r"\bred\.", atomic)
+    last = ptx["last_block"]
+    assert "st.global.v4.f32" in last and "membar.gl" in last and "atom.global.add.u32" in last
+    assert "atom.global.add.f32" not in last and not re.search(r"\bred\.", last)

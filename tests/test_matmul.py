@@ -126,6 +126,19 @@ def test_integer_data_is_exact(rng):
     np.testing.assert_array_equal(C, A.astype(np.float64) @ B)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_last_block_split_k_sums_the_slices_in_the_kernel(dtype, rng):
+    """SPLIT_ADD last_block: C is not zeroed first (the output is NaN-poisoned) and the last block of each tile sums
+    the slices; a second call on new data is right too (the tile counters reset themselves), and so is a K too
+    short for every slice (fewer slices launch: 9 = two 8-deep steps)."""
+    params = {"BM": 32, "BN": 16, "TM": 4, "TN": 2, "BK": 8, "VEC": 2, "UNROLL_K": 2, "SPLIT_K": 4,
+              "SPLIT_ADD": "last_block"}
+    k = build_kernel("matmul", params, dtype)
+    for shape in [(37, 29, 41), (37, 29, 41), (17, 19, 9)]:
+        C, A, B = run(k, rng, shape, dtype)
+        assert_matmul_close(C, A, B)
+
+
 def test_numpy_in_numpy_out(rng):
     A, B = random_matrix(rng, (9, 4), "float32"), random_matrix(rng, (4, 6), "float32")
     C = build_kernel("matmul", {"strategy": "naive"})(A, B)

@@ -129,7 +129,7 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
 
 def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes one and
-    two waves of blocks, its slices added both ways; where its tiles overhang M or N, also with clamped edges; on a
+    two waves of blocks, its slices combined each way; where its tiles overhang M or N, also with clamped edges; on a
     problem with enough whole tiles, or too little K to split, it is tried as written."""
     from dataclasses import replace
 
@@ -148,12 +148,12 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
 
     # 64 x 2 = 128 blocks: 2 splits reach 132, 4 reach 264
     assert variants((8192, 128, 8192)) == [(2, "i"), (4, "i"), (1, "i")]
-    assert added((8192, 128, 8192), "float32") == [(2, "atomic"), (2, "vector"), (4, "atomic"), (4, "vector"),
-                                                   (1, None)]
-    assert added((8192, 128, 8192), "float64") == [(2, "atomic"), (4, "atomic"), (1, None)]  # no fp64 vector add
+    ways = ("atomic", "vector", "last_block")
+    assert added((8192, 128, 8192), "float32") == [(s, w) for s in (2, 4) for w in ways] + [(1, None)]
+    assert added((8192, 128, 8192), "float64") == [(s, w) for s in (2, 4) for w in ways if w != "vector"] + [(1, None)]
     tuner = Tuner(Problem("matmul", (127, 3000, 511), "float32"), config, h100, report=lambda l: None)
     assert [(c["SPLIT_K"], c["SPLIT_ADD"]) for c in tuner._start_variants({**start, "SPLIT_K": 4, "EDGE": "clamp"})
-            ] == [(4, "atomic"), (4, "vector"), (4, "atomic")]  # an entry that splits: its vector add is tried next
+            ] == [(4, "atomic"), (4, "vector"), (4, "last_block"), (4, "atomic")]  # a split entry: its other ways next
     # 47 blocks; 511 / 8 still holds two 16-deep tiles; 127 rows overhang the 128-row tile
     assert variants((127, 3000, 511)) == [(4, "i"), (8, "i"), (4, "c"), (8, "c"), (1, "c"), (1, "i")]
     assert variants((4096, 4096, 4096)) == [(1, "i")]                          # 2048 whole tiles
