@@ -2,6 +2,10 @@
 
 ``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
 transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt".
+
+A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
+SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
+belong to the kernel object, so calls of one kernel object run one after another (Numba's default stream).
 """
 from __future__ import annotations
 
