@@ -126,6 +126,28 @@ def test_integer_data_is_exact(rng):
     np.testing.assert_array_equal(C, A.astype(np.float64) @ B)
 
 
+def slice_ordered_product(A, B, k_chunk):
+    """A @ B as the simulated kernel computes it with the slices summed in slice order: each slice's products
+    rounded to the dtype and added k by k, then the slices' partials added one after another."""
+    C = np.zeros((A.shape[0], B.shape[1]), A.dtype)
+    for k0 in range(0, A.shape[1], k_chunk):
+        partial = np.zeros_like(C)
+        for k in range(k0, min(k0 + k_chunk, A.shape[1])):
+            partial = partial + A[:, k, None] * B[None, k, :]
+        C = C + partial
+    return C
+
+
+def test_last_block_split_k_is_bitwise_the_slices_in_order(rng):
+    """The last block of a tile, whichever slice it computed, sums the slices' partials in slice order: C does not
+    depend on which block finished last. In the simulator the last is always the highest slice, so summing its own
+    registers first would differ from the reference in the low bits."""
+    params = {"BM": 32, "BN": 16, "TM": 4, "TN": 2, "BK": 8, "VEC": 2, "UNROLL_K": 2, "SPLIT_K": 4,
+              "SPLIT_ADD": "last_block"}
+    C, A, B = run(build_kernel("matmul", params), rng, (37, 29, 41), "float32")
+    np.testing.assert_array_equal(C, slice_ordered_product(A, B, k_chunk=16))  # 41 -> 3 slices of 16, 16, 9
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_last_block_split_k_sums_the_slices_in_the_kernel(dtype, rng):
     """SPLIT_ADD last_block: C is not zeroed first (the output is NaN-poisoned) and the last block of each tile sums
