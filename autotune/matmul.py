@@ -63,7 +63,7 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
             VA=_vector_width(vec, params["TM"]) if ctx["A_SMEM"] == "kmajor" else 1,
             VB=_vector_width(vec, params["TN"]),
             VC=_vector_width(vec, 2 if mma else params["TN"]),
-            SPLIT_ADD=params.get("SPLIT_ADD", "atomic"),
+            SPLIT_ADD=split_add(params),
             PARTIAL_VEC=_vector_width(16 // np.dtype(dtype).itemsize, params["TM"] * params["TN"]),
         )
     return ctx
@@ -117,6 +117,13 @@ def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: 
     return found
 
 
+def split_add(params: Mapping[str, Any]) -> str | None:
+    """How the K slices of a variant meet in C (its SPLIT_ADD, default atomic), or None where K is not split."""
+    if params.get("SPLIT_K", 1) == 1:
+        return None
+    return params.get("SPLIT_ADD", "atomic")
+
+
 def index_type(params: Mapping[str, Any]) -> str:
     return "int32" if params.get("INDEX_BITS") == 32 else "int64"
 
@@ -146,6 +153,7 @@ class MatmulKernel(Planned):
         self.kernel = module.matmul
         self._launches: dict[tuple[int, int, int], tuple] = {}
         self._int = np.int32 if index_type(params) == "int32" else np.int64
+        self._stand_ins = None
 
     def __repr__(self) -> str:
         return f"<MatmulKernel {self.dtype} layout={self.layout} {self.params}>"
@@ -191,15 +199,18 @@ class MatmulKernel(Planned):
 
     def _scratch(self, grid) -> tuple:
         """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block, kept per shape (the
-        counters are zeroed once here; the kernel resets them); one-element stand-ins for other variants."""
+        counters are zeroed once here; the kernel resets them); for other variants, one-element stand-ins made
+        once per kernel."""
         from numba import cuda
 
         p = self.params
-        if p.get("SPLIT_K", 1) > 1 and p.get("SPLIT_ADD", "atomic") == "last_block":
+        if split_add(p) == "last_block":
             tiles, slices = grid
             return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=self.dtype),
                     cuda.to_device(np.zeros(tiles, dtype=np.int32)))
-        return cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
+        if self._stand_ins is None:
+            self._stand_ins = cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
+        return self._stand_ins
 
     def __call__(self, A, B, out=None):
         if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out))):
@@ -250,7 +261,7 @@ class MatmulKernel(Planned):
         vec = p.get("VEC", 1)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
-        if p.get("SPLIT_K", 1) > 1 and p.get("SPLIT_ADD", "atomic") != "last_block":  # slices add into C
+        if split_add(p) in ("atomic", "vector"):  # the slices add into C
             self._enqueue(*zero(self.module, c_flat))
         i = self._int
         self._enqueue(configured, a_flat, b_flat, c_flat, partials, counters, i(M), i(N), i(K), i(lda), i(ldb), i(N),
