@@ -41,7 +41,6 @@ def template_context(params: Mapping[str, Any], dtype: str, family: Mapping[str,
     layout = family["layout"]
     ctx: dict[str, Any] = {**params, "dtype": dtype, "SIM": simulator, "TRANS_A": layout[0] == "t",
                            "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
-                           "CARRIED_INDEX": params.get("CARRIED_INDEX", 0),
                            "description": f"matmul {layout} {dtype} {dict(params)}"}
     if params["strategy"] == "tiled":
         threads = matmul_threads(params)

@@ -1,7 +1,9 @@
-"""On the GPU: each fp32 suite entry of this GPU's database against the same configuration with a changed
-parameter (default: CARRIED_INDEX 1), timed in alternating rounds in one process, cuBLAS (CuPy) in each round.
+"""On the GPU: each fp32 nn matmul entry of this GPU's database against the same configuration with parameters
+changed, timed in alternating rounds in one process, cuBLAS (CuPy) in each round.
 
-    python scripts/carried_ab.py [--set CARRIED_INDEX=1] [--rounds 3] [--shape 127x3000x511 ...]
+    python scripts/entry_ab.py --set NAME=VALUE [--set ...] [--rounds 3] [--shape 127x3000x511 ...]
+
+(benchmarks/NOTES.md item 24 ran it as `--set CARRIED_INDEX=1` at commit 4f3e339, which had that parameter.)
 
 Every variant is first checked against cuBLAS on NaN-poisoned output. Times: autotune.timing.bench with the
 L2 flush and the lead (GPU time only), medians; the table gives each variant's median over the rounds' medians
@@ -40,13 +42,11 @@ def parse_value(text: str):
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--set", action="append", default=[], help="NAME=VALUE applied to each entry (default "
-                    "CARRIED_INDEX=1)")
+    ap.add_argument("--set", action="append", required=True, help="NAME=VALUE applied to each entry")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--shape", action="append", default=[])
     a = ap.parse_args()
-    change = dict(s.split("=", 1) for s in a.set) or {"CARRIED_INDEX": "1"}
-    change = {k: parse_value(v) for k, v in change.items()}
+    change = {name: parse_value(value) for name, value in (s.split("=", 1) for s in a.set)}
     device = current_device()
     entries = [e for e in load_file(db_path(Path("tuned_db"), device.name), strict=True).entries
                if e.problem.kind == "matmul" and e.problem.dtype == "float32" and e.problem.family["layout"] == "nn"]
