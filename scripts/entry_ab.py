@@ -62,6 +62,8 @@ def main() -> None:
             print(f"{e.problem.shape}: skipped ({exc})")
             continue
         pairs.append((e.problem.shape, e.params, changed))
+    if not pairs:
+        raise SystemExit(f"no fp32 nn matmul entry of {device.name} takes {change}")
     jobs = [job(Problem("matmul", s, "float32", {"layout": "nn"}), p) for s, *ps in pairs for p in ps]
     with compile_pool(min(len(jobs), os.cpu_count() or 1)) as pool:
         for result in pool.map(compile_variant, jobs):
