@@ -67,3 +67,30 @@ def plan_key(*xs: Any) -> tuple | None:
             return None
         key.append((interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"]))
     return tuple(key)
+
+
+def byte_range(x) -> tuple[int, int]:
+    """The device bytes [first, end) an array's elements occupy (empty for a zero-size array)."""
+    interface = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
+    shape, strides = tuple(interface["shape"]), interface.get("strides")
+    itemsize = np.dtype(interface["typestr"]).itemsize
+    start = interface["data"][0]
+    if 0 in shape:
+        return start, start
+    if strides is None:
+        return start, start + itemsize * int(np.prod(shape))
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return start + low, start + high + itemsize
+
+
+def overlaps(out, *inputs) -> bool:
+    """Whether ``out`` shares any byte with one of ``inputs`` (None entries ignored): then a kernel that writes
+    ``out`` while it reads them would read its own results, so the call computes into scratch first."""
+    first, end = byte_range(out)
+    for x in inputs:
+        if x is not None:
+            a, b = byte_range(x)
+            if a < end and first < b:
+                return True
+    return False

@@ -199,3 +199,58 @@ def dmma_m16n8(typingctx, a, b, c):
         return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(4)])
 
     return sig, codegen
+
+
+def _atomic_minmax_codegen(is_max: bool):
+    """arr[idx] = max(arr[idx], val) (or min) atomically with NumPy's NaN rule: a NaN on either side wins.
+
+    A compare-and-swap loop on the element's bits: the stored value is replaced while it is not NaN and val is
+    NaN or beyond it; a stored NaN is never replaced. (Numba's ``cuda.atomic.max`` returns without storing when
+    val is NaN, so a NaN found by one block would be lost.)"""
+    def codegen(context, builder, sig, args):
+        arrty = sig.args[0]
+        ftype = context.get_value_type(arrty.dtype)
+        itype = ir.IntType(8 * context.get_abi_sizeof(ftype))
+        ptr = _element_pointer(context, builder, arrty, args[0], args[1])
+        iptr = builder.bitcast(ptr, itype.as_pointer())
+        value = context.cast(builder, args[2], sig.args[2], arrty.dtype)
+        entry = builder.block
+        loop = builder.append_basic_block("minmax.loop")
+        attempt = builder.append_basic_block("minmax.attempt")
+        done = builder.append_basic_block("minmax.done")
+        first = builder.load(iptr)
+        builder.branch(loop)
+        builder.position_at_end(loop)
+        bits = builder.phi(itype)
+        bits.add_incoming(first, entry)
+        stored = builder.bitcast(bits, ftype)
+        not_nan = builder.fcmp_ordered("ord", stored, stored)
+        beyond = builder.fcmp_unordered("<" if is_max else ">", stored, value)  # or value is NaN
+        builder.cbranch(builder.and_(not_nan, beyond), attempt, done)
+        builder.position_at_end(attempt)
+        pair = builder.cmpxchg(iptr, bits, builder.bitcast(value, itype), "monotonic", "monotonic")
+        bits.add_incoming(builder.extract_value(pair, 0), attempt)
+        builder.cbranch(builder.extract_value(pair, 1), done, loop)
+        builder.position_at_end(done)
+        return context.get_dummy_value()
+
+    return codegen
+
+
+def _check_minmax(arr) -> None:
+    if arr.dtype not in (types.float32, types.float64):
+        raise TypeError(f"atomic_max_nan/atomic_min_nan take a float32 or float64 array, not {arr.dtype}")
+
+
+@intrinsic
+def atomic_max_nan(typingctx, arr, idx, val):
+    """arr[idx] = max(arr[idx], val) atomically, NaN propagating (np.maximum's rule); nothing returned."""
+    _check_minmax(arr)
+    return types.void(arr, idx, val), _atomic_minmax_codegen(True)
+
+
+@intrinsic
+def atomic_min_nan(typingctx, arr, idx, val):
+    """arr[idx] = min(arr[idx], val) atomically, NaN propagating (np.minimum's rule); nothing returned."""
+    _check_minmax(arr)
+    return types.void(arr, idx, val), _atomic_minmax_codegen(False)

@@ -94,6 +94,22 @@ class Planned:
         else:
             configured(*args)
 
+    @staticmethod
+    def _scratch_for(out, *inputs):
+        """Where a call computes: ``out`` itself, or a fresh array like it when ``out`` shares memory with an input
+        (NumPy's result for ``out=`` aliasing an input; a kernel writing ``out`` would read its own results)."""
+        if not arrays.overlaps(out, *inputs):
+            return out
+        from numba import cuda
+
+        return cuda.device_array(out.shape, dtype=out.dtype)
+
+    def _into(self, out, target, run: Callable[[], None]) -> None:
+        """``run()``, which writes ``target``, then ``target`` copied into ``out`` where they differ."""
+        run()
+        if target is not out:
+            self._enqueue(functools.partial(out.copy_to_device, target))
+
     def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
         _recording.steps = steps = []
         try:

@@ -235,8 +235,9 @@ class MatmulKernel(Planned):
         if min(M, N, K) == 0:
             raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
         C = self._output(out, M, N)
-        c_flat = arrays.flat(C)
-        return C, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb)
+        target = self._scratch_for(C, dA, dB)
+        c_flat = arrays.flat(target)
+        return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb))
 
     def _output(self, out, M: int, N: int):
         from numba import cuda

@@ -106,7 +106,8 @@ class Instance:
         self.time_args = [cuda.to_device(a) for a in self._inputs(
             lambda shape: rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype))]
         self.out = cuda.device_array(problem.out_shape, dtype=problem.dtype)
-        self._expected = self._reference() if problem.kind == "reduce" else None
+        self._expected = self._reference(self.check_host) if problem.kind == "reduce" else None
+        self._special_sets = self._planted_sets() if _ordered(problem) else []
         self._check64: list[np.ndarray] | None = None
 
     def _inputs(self, make) -> list[np.ndarray]:
@@ -129,49 +130,60 @@ class Instance:
         self.out.copy_to_device(cuda.to_device(np.full(self.problem.out_shape, np.nan, self.problem.dtype)))
 
     def check(self, kernel) -> str | None:
-        """Run ``kernel`` on the check inputs into a NaN-poisoned output; None if right, else what is wrong."""
-        self.poison()
-        self.run(kernel)
-        got = self.out.copy_to_host()
+        """Run ``kernel`` on the check inputs into a NaN-poisoned output; None if right, else what is wrong.
+
+        max and min are also run on the same data with infinities and, apart, NaNs planted (``_planted_sets``):
+        NumPy's result is NaN wherever a NaN was reduced, and a variant that drops one fails."""
+        got = self._run_poisoned(kernel, self.check_args)
         unwritten = int(np.isnan(got).sum())
         if unwritten:
             return f"{unwritten} of {got.size} output elements were not written (still NaN)"
         if self.problem.kind == "matmul":
             return self._check_matmul(got)
-        return _compare(got, self._expected)
+        problem = _compare(got, self._expected)
+        for what, args, expected in self._special_sets:
+            problem = problem or _compare(self._run_poisoned(kernel, args), expected, what=f"elements (data with {what})")
+        return problem
 
-    def _reference(self) -> np.ndarray:
+    def _run_poisoned(self, kernel, args) -> np.ndarray:
+        self.poison()
+        kernel(*args, out=self.out)
+        return self.out.copy_to_host()
+
+    def _reference(self, inputs: list[np.ndarray]) -> np.ndarray:
         from .reduce import reference
 
         p = self.problem
+        y = inputs[1] if len(inputs) > 1 else None
+        return np.atleast_1d(reference(p.family["op"], inputs[0], y, p.family["axis"]))
+
+    def _planted_sets(self) -> list[tuple[str, list, np.ndarray]]:
+        """The check data with special values planted, each set with its float64 NumPy result: +inf and -inf,
+        then NaN. Over the whole array at random elements (NaN also, apart, at the last); along an axis in about
+        half of the results' lines, so that the other lines still check the values."""
+        from numba import cuda
+
         x = self.check_host[0]
-        y = self.check_host[1] if len(self.check_host) > 1 else None
-        ref = reference(p.family["op"], x, y, p.family["axis"])
-        return np.atleast_1d(ref)
-
-    def _check_matmul(self, C: np.ndarray) -> str | None:
-        """Exact on integer data: small problems elementwise, large ones by Freivalds' test.
-
-        Freivalds: C v == A (B v) for random integer vectors v; every product and sum here is an integer far
-        below 2**53, so float64 is exact and any wrong element makes the test fail with probability >= 1/2
-        per vector (much higher for integer v drawn from a wide range). Plus 512 sampled elements exactly.
-        """
-        if self._check64 is None:
-            self._check64 = [a.astype(np.float64) for a in self.check_host]
-        A, B = self._check64
-        M, N, K = self.problem.shape
-        C64 = C.astype(np.float64)
-        if M * N * K <= 1 << 27:
-            return _compare(C64, A @ B)
-        for _ in range(3):
-            v = self.rng.integers(-1000, 1001, size=(N, 1)).astype(np.float64)
-            problem = _compare(C64 @ v, A @ (B @ v), what="C @ v (Freivalds' test)")
-            if problem:
-                return problem
-        rows = self.rng.integers(0, M, size=512)
-        cols = self.rng.integers(0, N, size=512)
-        expected = np.einsum("ik,ki->i", A[rows], B[:, cols])
-        return _compare(C64[rows, cols], expected, what="sampled elements")
+        axis = self.problem.family["axis"]
+        sets = []
+        for what, values in (("infinities", (np.inf, -np.inf)), ("NaN", (np.nan,))):
+            if axis is None:
+                arrays = [x.copy()]
+                arrays[0].flat[self.rng.choice(x.size, min(x.size, len(values)), replace=False)] = values[:x.size]
+                if what == "NaN":
+                    arrays.append(x.copy())
+                    arrays[1].flat[-1] = np.nan
+            elif x.size:
+                moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))  # the lines reduced are its rows
+                lines = moved.reshape(-1, moved.shape[-1])
+                for value in values:
+                    rows = self.rng.random(lines.shape[0]) < 0.5
+                    lines[rows, self.rng.integers(lines.shape[1], size=int(rows.sum()))] = value
+                arrays = [np.moveaxis(moved, -1, axis)]
+            else:
+                arrays = []
+            sets += [(what, [cuda.to_device(np.ascontiguousarray(a))], self._reference([a])) for a in arrays]
+        return sets
 
 
 def _check_data(rng: np.random.Generator, shape, problem: Problem) -> np.ndarray:
@@ -179,9 +191,10 @@ def _check_data(rng: np.random.Generator, shape, problem: Problem) -> np.ndarray
 
     Sums (matmul, sum, dot) get small integers, never all zero: matmul sums K terms of |a*b| <= 4 (exact while
     4K < 2**24); reductions draw from [-8, 8], whose partial sums are random walks far below 2**24 even for
-    2**28 elements. max and min get standard-normal data: distinct values, and max/min round nothing.
+    2**28 elements. max and min get standard-normal data: distinct values, and max/min round nothing
+    (``Instance`` plants infinities and NaNs in copies of it).
     """
-    if problem.kind == "reduce" and problem.family["op"] in ("max", "min"):
+    if _ordered(problem):
         return rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype)
     bound = 2 if problem.kind == "matmul" else 8
     x = rng.integers(-bound, bound + 1, size=shape, dtype=np.int8).astype(problem.dtype)
@@ -189,11 +202,16 @@ def _check_data(rng: np.random.Generator, shape, problem: Problem) -> np.ndarray
     return x
 
 
+def _ordered(problem: Problem) -> bool:
+    return problem.kind == "reduce" and problem.family["op"] in ("max", "min")
+
+
 def _compare(got: np.ndarray, expected: np.ndarray, what: str = "elements") -> str | None:
+    """What differs from ``expected``, exactly; NaN matches NaN."""
     got = np.asarray(got, dtype=np.float64).reshape(np.shape(expected))
-    bad = got != expected
+    bad = (got != expected) & ~(np.isnan(got) & np.isnan(expected))
     if not bad.any():
         return None
-    where = np.unravel_index(int(np.argmax(bad)), bad.shape)
+    where = tuple(int(i) for i in np.unravel_index(int(np.argmax(bad)), bad.shape))
     return (f"{int(bad.sum())} of {bad.size} {what} differ from the float64 reference; first at {where}: "
             f"{got[where]!r} instead of {expected[where]!r}")

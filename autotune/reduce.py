@@ -107,9 +107,10 @@ class ReduceKernel(Planned):
             raise ValueError(f"axis={self.axis} needs a 2-D array, got shape {tuple(dx.shape)}")
         result = self._output(out, dx)
         if dx.size == 0:
-            return result, lambda: self._empty(result, dx)
+            return result, self._empty(result, dx)
+        target = self._scratch_for(result, dx, dy)
         x_flat, y_flat = arrays.flat(dx), arrays.flat(dy)
-        return result, lambda: self.launch(x_flat, y_flat, result, tuple(dx.shape))
+        return result, lambda: self._into(result, target, lambda: self.launch(x_flat, y_flat, target, tuple(dx.shape)))
 
     def _input(self, x, name: str):
         d = arrays.to_device(x, name)
@@ -132,11 +133,13 @@ class ReduceKernel(Planned):
             raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {tuple(d.shape)}")
         return d
 
-    def _empty(self, result, dx) -> None:
-        if self.op in ("max", "min"):
+    def _empty(self, result, dx):
+        """The call on an empty input, as NumPy has it: max and min of nothing raise (where the reduced extent is
+        0), a sum of nothing is 0, and an empty result needs no launch."""
+        reduced = dx.size if self.axis is None else dx.shape[self.axis]
+        if reduced == 0 and self.op in ("max", "min"):
             raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
-        if result.size:
-            self._enqueue(*fill(self.module, result, 0))
+        return lambda: self._enqueue(*fill(self.module, result, 0)) if result.size else None
 
     # -- launching -------------------------------------------------------------------------------
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...]) -> None:

@@ -214,3 +214,21 @@ def test_fp64_tensor_core_variants(params, layout, rng):
     for shape in [(7, 13, 5), (37, 29, 41)]:
         C, A, B = run(k, rng, shape, "float64", layout)
         assert_matmul_close(C, A, B)
+
+
+@pytest.mark.parametrize("params", [{"strategy": "naive"}, {"strategy": "shared16"},
+                                    {**EDGE_BASE, "SPLIT_K": 2},
+                                    {**EDGE_BASE, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}])
+@pytest.mark.parametrize("alias", ["A", "B", "A shifted"])
+def test_out_overlapping_an_operand_gives_numpys_result(params, alias, rng):
+    """out= aliasing A or B (the same memory, or a range that starts inside it) is computed into scratch and copied:
+    NumPy's result, never one computed from partly overwritten operands."""
+    n = 37
+    S, T = small_integers(rng, (n, n), np.float32), small_integers(rng, (n, n), np.float32)
+    base = cuda.to_device(np.concatenate([S.ravel(), np.zeros(n, np.float32)]))
+    dS = base[:n * n].reshape(n, n)
+    dT = cuda.to_device(T)
+    out = {"A": dS, "B": dT, "A shifted": base[n:n + n * n].reshape(n, n)}[alias]
+    k = build_kernel("matmul", params)
+    k(dS, dT, out=out)
+    np.testing.assert_array_equal(out.copy_to_host(), S.astype(np.float64) @ T)

@@ -141,3 +141,93 @@ def test_input_errors():
         build_kernel("reduce", {}, op="dot")(np.ones(3, np.float32), np.ones(4, np.float32))
     with pytest.raises(TypeError, match="built for float32"):
         build_kernel("reduce", {}, op="sum")(np.ones(3, np.float64))
+
+
+# NumPy's max and min propagate NaN: every way a variant combines values (lanes, block, blocks) must keep one.
+NAN_STRATEGIES = [
+    (None, {"BLOCK": 32, "ITEMS": 2, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": br, "COMBINE": combine})
+    for br in ("shuffle", "tree", "serial") for combine in ("last_block", "atomic", "two_pass")
+] + [(1, {"BLOCK": 64, "ITEMS": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
+     (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
+     (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "serial"}),
+     (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 1, "VEC": 2}),
+     (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 4, "VEC": 1})]
+
+
+@pytest.mark.parametrize("axis, params", NAN_STRATEGIES)
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_max_and_min_propagate_nan_in_every_strategy(op, axis, params, rng):
+    k = build_kernel("reduce", params, op=op, axis=axis)
+    if axis is None:
+        for where in (0, 999, int(rng.integers(1000))):  # first, last and anywhere
+            x = rng.standard_normal(1000).astype(np.float32)
+            x[where] = np.nan
+            assert np.isnan(k(x)), where
+        x = rng.standard_normal(1000).astype(np.float32)
+        x[rng.choice(1000, 2, replace=False)] = (np.inf, -np.inf)
+        assert k(x) == getattr(np, op)(x)
+        return
+    x = rng.standard_normal((37, 29)).astype(np.float32)
+    lines = np.moveaxis(x, axis, -1)  # a view: the lines reduced along
+    lines[::3, rng.integers(lines.shape[1])] = np.nan
+    lines[1::3, rng.integers(lines.shape[1])] = np.inf
+    lines[2::3, rng.integers(lines.shape[1])] = -np.inf
+    np.testing.assert_array_equal(k(x), getattr(np, op)(x, axis=axis))  # NaN where NumPy has NaN
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_nan_is_kept_by_the_atomic_combine_in_float64_too(dtype, rng):
+    x = rng.standard_normal(3000).astype(dtype)
+    x[1234] = np.nan
+    for op in ("max", "min"):
+        k = build_kernel("reduce", {"BLOCK": 32, "VEC": 1, "WAVES": 4, "COMBINE": "atomic"}, dtype, op=op)
+        assert np.isnan(k(x))
+
+
+def test_the_tuners_check_fails_a_variant_that_drops_nan(rng, monkeypatch):
+    """The verification data of max/min hold NaN and infinities: a kernel returning the largest non-NaN value
+    (what every variant did before) is a failed trial."""
+    from autotune.problem import Instance, Problem
+
+    class DropsNan:
+        def __call__(self, x, out):
+            host = x.copy_to_host()
+            out.copy_to_device(np.atleast_1d(np.nanmax(host, axis=None)).astype(np.float32))
+
+    inst = Instance(Problem("reduce", (1000,), "float32", {"op": "max"}), rng)
+    assert "data with NaN" in inst.check(DropsNan())
+    assert inst.check(build_kernel("reduce", {"BLOCK": 32, "WAVES": 2}, op="max")) is None
+
+
+@pytest.mark.parametrize("shape, axis, result_shape", [((0, 3), 1, (0,)), ((0, 0), 1, None), ((0, 3), 0, None),
+                                                       ((3, 0), 1, None), ((3, 0), 0, (0,)), ((0,), None, None)])
+def test_empty_reductions_follow_numpy(shape, axis, result_shape):
+    """max over an empty result is an empty array; over an empty reduced extent it raises, as in NumPy."""
+    k = build_kernel("reduce", {}, op="max", axis=axis)
+    x = np.zeros(shape, np.float32)
+    if result_shape is None:
+        with pytest.raises(ValueError, match="zero-size array to reduction operation max"):
+            k(x)
+        with pytest.raises(ValueError):
+            np.max(x, axis=axis)
+    else:
+        assert k(x).shape == result_shape == np.max(x, axis=axis).shape
+
+
+@pytest.mark.parametrize("axis, params", [(None, {"BLOCK": 32, "COMBINE": "atomic", "WAVES": 2}),
+                                          (0, {"BLOCK": 32, "BX": 32, "VEC": 1, "ROW_SPLIT": 4}),
+                                          (1, {"BLOCK": 64, "VEC": 1})])
+def test_out_overlapping_the_input_gives_numpys_result(axis, params, rng):
+    """out= sharing bytes with x (not the same pointer: a slice of it) is computed into scratch first; the atomic
+    combine and ROW_SPLIT zero out before x is read."""
+    x = small_integers(rng, (64, 33), np.float32)
+    d = cuda.to_device(x)
+    n = 1 if axis is None else x.shape[1 - axis]
+    out = d.reshape(x.size)[5:5 + n]
+    k = build_kernel("reduce", params, op="sum", axis=axis)
+    k(d, out=out)
+    np.testing.assert_array_equal(out.copy_to_host(), np.atleast_1d(x.astype(np.float64).sum(axis=axis)))
+    plan = k.bind(d, out=out)  # and replayed: the copy from scratch is part of the plan
+    d.copy_to_device(x)
+    plan()
+    np.testing.assert_array_equal(out.copy_to_host(), np.atleast_1d(x.astype(np.float64).sum(axis=axis)))
