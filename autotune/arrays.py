@@ -13,10 +13,14 @@ def is_host(x: Any) -> bool:
 
 
 def to_device(x: Any, name: str):
-    """A Numba device array viewing (or holding a copy of) ``x``."""
+    """A Numba device array viewing ``x``, or for a NumPy array a copy of it on the GPU in the same layout.
+
+    NumPy and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
+    matmul built with a transposed layout, F-contiguous) and names the copy to make otherwise; nothing is
+    copied into another layout behind the caller's back."""
     if isinstance(x, np.ndarray):
         if not (x.flags.c_contiguous or x.flags.f_contiguous):
-            x = np.ascontiguousarray(x)  # it is copied anyway; the GPU copy is contiguous
+            raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
         return cuda.to_device(x)
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
@@ -26,10 +30,13 @@ def to_device(x: Any, name: str):
                     f"tensor); got {type(x).__name__}")
 
 
-def check_dtype(d, name: str, dtype: str) -> None:
-    if np.dtype(d.dtype) != np.dtype(dtype):
-        raise TypeError(f"{name} has dtype {np.dtype(d.dtype).name}; this kernel was built for {dtype} "
-                        f"(convert the input or build the kernel with dtype={np.dtype(d.dtype).name!r})")
+def check_dtype(d, name: str, dtype: str, supported: tuple[str, ...] = ()) -> None:
+    """TypeError unless ``d`` has ``dtype``; the advice names another dtype only where one is supported."""
+    got = np.dtype(d.dtype).name
+    if got != np.dtype(dtype).name:
+        advice = (f"convert the input, or build the kernel with dtype={got!r}" if got in supported
+                  else f"convert the input to {' or '.join(supported) if supported else dtype}")
+        raise TypeError(f"{name} has dtype {got}; this kernel was built for {dtype} ({advice})")
 
 
 def device_pointer(d) -> int:

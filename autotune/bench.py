@@ -1,114 +1,63 @@
 """``autotune bench``: the tuned kernels next to vendor libraries and the seed kernels, in one process and run.
 
 Every contender is timed with ``timing.bench`` (CUDA events, warm-up, L2 flushed before each run, median) on
-the same standard-normal inputs; each of ours is first checked with ``Instance.check``. Peers: cuBLAS through
-CuPy and PyTorch (TF32 off), CuPy/CUB and PyTorch reductions, Numba's ``cuda.reduce``; they are skipped with a
-note when not installed. Results go to a Markdown table and, where matplotlib is installed, a PNG plot.
+the same standard-normal inputs; each of ours is first checked with its family's oracle. Peers are the family's
+(``KernelFamily.peers``: cuBLAS through CuPy and PyTorch with TF32 off, CuPy/CUB and PyTorch reductions, Numba's
+``cuda.reduce``); those whose library is not installed are skipped and named. Results go to a Markdown table
+and, where matplotlib is installed, a PNG plot (``pip install "autotune[bench]"`` installs all three).
 """
 from __future__ import annotations
 
 import datetime
+import importlib.util
 import os
 import sys
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
 from .build import build_kernel
 from .compiler import ResourceReport
 from .device import current_device
-from .evaluate import compile_variant, job
-from .lookup import choose, database_folder
+from .evaluate import compile_variant
+from .lookup import choose, lookup_folders
 from .problem import Instance, Problem
+from .records import job_for
 from .report import fraction_of_peak, table, versions
 from .space import load_space
 from .timing import L2Flusher, bench
 from .worker import compile_pool
 
-SEEDS = {"matmul": [("seed naive", {"strategy": "naive"}), ("seed shared16", {"strategy": "shared16"})],
-         "reduce": [("seed tree+2nd pass", {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree",
-                                            "COMBINE": "two_pass"})]}
+OPTIONAL = {"cupy": "CuPy", "torch": "PyTorch", "matplotlib": "matplotlib (plots)"}
 
 
-def peers(problem: Problem, args: list) -> dict[str, Callable[[], object]]:
-    """Library implementations of the problem on the same device arrays, where the library is installed."""
-    found: dict[str, Callable[[], object]] = {}
-    try:
-        import cupy
-
-        xs = [cupy.asarray(a) for a in args]
-        found.update(_cupy_calls(cupy, problem, xs))
-    except ImportError:
-        pass
-    try:
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = False
-        ts = [torch.as_tensor(a, device="cuda") for a in args]
-        found.update(_torch_calls(torch, problem, ts))
-    except ImportError:
-        pass
-    if problem.kind == "reduce" and problem.family["axis"] is None and problem.family["op"] != "dot":
-        from numba import cuda
-
-        op = problem.family["op"]
-        fn = {"sum": lambda a, b: a + b, "max": lambda a, b: max(a, b), "min": lambda a, b: min(a, b)}[op]
-        reducer = cuda.reduce(fn)
-        flat = args[0].reshape(args[0].size)
-        found["numba cuda.reduce"] = lambda: reducer(flat)
-    return found
+def missing_optional() -> list[str]:
+    """The optional bench libraries that are not installed here."""
+    return [name for module, name in OPTIONAL.items() if importlib.util.find_spec(module) is None]
 
 
-def _cupy_calls(cupy, problem: Problem, xs):
-    if problem.kind == "matmul":
-        A, B = xs
-        return {"cuBLAS (cupy)": lambda: A @ B}
-    op, axis = problem.family["op"], problem.family["axis"]
-    if op == "dot":
-        if axis is None:
-            a, b = xs[0].ravel(), xs[1].ravel()
-            return {"cupy.dot": lambda: cupy.dot(a, b), "cupy (a*b).sum": lambda: (xs[0] * xs[1]).sum()}
-        return {"cupy (a*b).sum": lambda: (xs[0] * xs[1]).sum(axis=axis)}
-    fn = getattr(cupy, op)
-    return {f"cupy.{op}": lambda: fn(xs[0], axis=axis)}
+def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
+    space = load_space(problem.kind)
+    return [(name, space.restrict(p, dtype=problem.dtype, family=problem.family))
+            for name, p in problem.impl.seeds()]
 
 
-def _torch_calls(torch, problem: Problem, ts):
-    if problem.kind == "matmul":
-        A, B = ts
-        return {"cuBLAS (torch)": lambda: A @ B}
-    op, axis = problem.family["op"], problem.family["axis"]
-    if op == "dot":
-        if axis is None:
-            a, b = ts[0].ravel(), ts[1].ravel()
-            return {"torch.dot": lambda: torch.dot(a, b)}
-        return {"torch (a*b).sum": lambda: (ts[0] * ts[1]).sum(dim=axis)}
-    if axis is None:
-        fn = {"sum": torch.sum, "max": torch.max, "min": torch.min}[op]
-        return {f"torch.{op}": lambda: fn(ts[0])}
-    fn = {"sum": lambda t: t.sum(dim=axis), "max": lambda t: t.amax(dim=axis), "min": lambda t: t.amin(dim=axis)}[op]
-    return {f"torch.{op}": lambda: fn(ts[0])}
-
-
-def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
+def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
     """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way."""
     rng = np.random.default_rng()
     inst = Instance(problem, rng)
-    params, note = choose(problem, folder)
+    params, note = choose(problem, folders)
     rows = []
-    space = load_space(problem.kind)
-    seeds = [(name, space.restrict(p, dtype=problem.dtype, family=problem.family)) for name, p in SEEDS[problem.kind]]
-    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds]:
+    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds_of(problem)]:
         kernel = build_kernel(problem.kind, p, problem.dtype, **problem.family)
         error = inst.check(kernel)
         if error:
             rows.append({"name": name, "error": error})
             continue
         t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
-        res = ResourceReport.from_dispatcher(kernel.kernel, current_device().cc)
+        res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
         rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p})
-    for name, call in peers(problem, inst.time_args).items():
+    for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
             rows.append({"name": name, "timing": bench(call, flush=flusher)})
         except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
@@ -116,45 +65,39 @@ def bench_problem(problem: Problem, folder: Path, flusher) -> list[dict]:
     return rows
 
 
-def compile_ahead(problems: list[Problem], folder: Path) -> None:
+def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
     """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
-    loads them from Numba's disk cache instead of compiling one after another (up to a minute each)."""
+    loads them from Numba's disk cache instead of compiling one after another."""
     jobs = []
     for problem in problems:
-        space = load_space(problem.kind)
-        for _, p in [("tuned", choose(problem, folder)[0]), *SEEDS[problem.kind]]:
-            jobs.append(job(problem, space.restrict(p, dtype=problem.dtype, family=problem.family)))
+        for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:
+            jobs.append(job_for(problem, load_space(problem.kind).validate(p, dtype=problem.dtype,
+                                                                           family=problem.family)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
     with compile_pool(workers) as pool:
         for result in pool.map(compile_variant, jobs):
-            if not result["ok"]:
-                print(result["reason"], file=sys.stderr)
-
-
-def bench_name(problem: Problem) -> str:
-    """File name stem of a bench: one per kind, op, axis and dtype, so different runs do not overwrite."""
-    dtype = "" if problem.dtype == "float32" else f"-{problem.dtype}"
-    if problem.kind == "matmul":
-        return "matmul" + dtype
-    axis = problem.family["axis"]
-    return f"reduce-{problem.family['op']}" + ("" if axis is None else f"-axis{axis}") + dtype
+            if not result.ok:
+                print(result.reason, file=sys.stderr)
 
 
 def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     device = current_device()
-    folder = database_folder(db)
+    folders = lookup_folders(db)
+    missing = missing_optional()
+    if missing:
+        print(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")", file=sys.stderr)
     flusher = L2Flusher()
-    compile_ahead(problems, folder)
+    compile_ahead(problems, folders)
     sections, plot_data = [], []
     for problem in problems:
         print(f"bench {problem.key}", file=sys.stderr, flush=True)
-        rows = bench_problem(problem, folder, flusher)
+        rows = bench_problem(problem, folders, flusher)
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)
     kind = problems[0].kind
-    name = bench_name(problems[0])
+    name = problems[0].impl.bench_name(problems[0])
     command = "autotune " + " ".join(sys.argv[1:])
     header = (f"# autotune bench {kind} on {device.name}\n\n"
               f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
@@ -171,10 +114,8 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
 
 
 def _reference_row(problem: Problem, rows: list[dict]) -> dict | None:
-    names = ("cuBLAS (cupy)", "cuBLAS (torch)") if problem.kind == "matmul" else ("cupy.sum", "cupy.max", "cupy.min",
-                                                                                  "cupy.dot", "cupy (a*b).sum")
     for row in rows:
-        if row["name"] in names and "timing" in row:
+        if row["name"] in problem.impl.reference_peers and "timing" in row:
             return row
     return None
 

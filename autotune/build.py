@@ -8,24 +8,21 @@ from __future__ import annotations
 import threading
 from typing import Any, Mapping
 
-from . import matmul, reduce
-from .device import simulator_active
-from .space import load_space
-from .render import render
+from . import backend
 from .compiler import load_source
-
-FAMILIES = {"matmul": matmul, "reduce": reduce}
-KERNEL_CLASSES = {"matmul": matmul.MatmulKernel, "reduce": reduce.ReduceKernel}
+from .problem import dtype_name
+from .registry import family as family_named
+from .render import render
+from .space import load_space
 
 _cache: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
 def family_args(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
-    if kind not in FAMILIES:
-        raise ValueError(f"unknown kernel kind {kind!r}; known: {', '.join(FAMILIES)}")
+    """The family's arguments, validated and completed (ValueError naming the family otherwise)."""
     try:
-        return FAMILIES[kind].family_args(**args)
+        return family_named(kind).family_args(**args)
     except TypeError as exc:
         raise ValueError(f"{kind}: {exc}") from None
 
@@ -33,12 +30,13 @@ def family_args(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
 def render_source(kind: str, params: Mapping[str, Any], dtype: str = "float32", *, simulator: bool | None = None,
                   space=None, **args) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Validated parameters, family arguments and the rendered source."""
+    impl = family_named(kind)
     family = family_args(kind, args)
     space = space or load_space(kind)
-    checked = space.validate(params, dtype=dtype, family=family)
-    sim = simulator_active() if simulator is None else simulator
-    source = render(kind, FAMILIES[kind].template_context(checked, dtype, family, sim))
-    return checked, family, source
+    checked = space.validate(params, dtype=dtype_name(dtype), family=family)
+    sim = backend.simulator() if simulator is None else simulator
+    context = impl.template_context(checked, dtype_name(dtype), family, sim)
+    return checked, family, render(impl, impl.template(checked), context)
 
 
 def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", *, space=None,
@@ -49,10 +47,13 @@ def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str 
     Missing parameters take the search space's defaults; ``space`` is a loaded ``SearchSpace`` to validate
     against instead of the built-in one. Built kernels are cached in this process.
     """
-    checked, family, source = render_source(kind, params or {}, dtype, space=space, **family_args)
+    dtype = dtype_name(dtype)
+    simulator = backend.simulator()
+    checked, family, source = render_source(kind, params or {}, dtype, space=space, simulator=simulator,
+                                            **family_args)
     key = (kind, dtype, tuple(sorted(family.items(), key=str)), source)
     with _lock:
         if key not in _cache:
             module = load_source(source)
-            _cache[key] = KERNEL_CLASSES[kind](module, checked, dtype, family, source)
+            _cache[key] = family_named(kind).make_kernel(module, checked, dtype, family, source, simulator)
         return _cache[key]

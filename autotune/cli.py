@@ -1,139 +1,310 @@
 """The ``autotune`` command line.
 
-    autotune matmul --device 0 [--shape 4096x4096x4096 ...]    tune, write tuned_db/<gpu-model>.yaml
+    autotune matmul --device 0 [--shape 4096x4096x4096 ...]    tune matrix products, write tuned_db/<gpu-model>.yaml
     autotune reduce --device 0 --op sum --shape 268435456      tune reductions
-    autotune bench matmul|reduce --device 0                    tuned vs cuBLAS/CuPy/torch and the seed kernels
+    autotune tune --family examples/softmax --shape 4096x4096  tune any kernel family, a file of your own too
+    autotune bench matmul|reduce|FAMILY --device 0             tuned vs cuBLAS/CuPy/torch and the seed kernels
     autotune selftest --device 0                               correctness of every parameter value on the GPU
-    autotune render KIND --param NAME=VALUE ...                print a variant's generated source
+    autotune render FAMILY -p NAME=VALUE ...                   print a variant's generated source
+    autotune warm [--cc 9.0]                                   compile the database's kernels ahead
     autotune show / db check / db merge OTHER.yaml             the tuned database
 
 Heavy imports happen after the arguments are read: ``--simulator`` must switch Numba to its CUDA simulator
-before Numba is first imported.
+before Numba is first imported. A family given as a path (``--family PATH``, or ``render PATH``/``bench PATH``) is
+loaded before the arguments are parsed, so that its own arguments become options.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import sys
+from pathlib import Path
 
-MATMUL_SUITE = ["1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192",
-                "4096x4096x256", "8192x128x8192", "1000x1000x1000", "127x3000x511"]
-REDUCE_SUITE = ["1024", "65536", "1048576", "16777216", "268435456"]
-SIMULATOR_SHAPES = {"matmul": ["37x29x11"], "reduce": ["4099"]}
+from .registry import BUILTIN, FamilyError, known, register_family
+from .registry import family as family_named
+
+EXIT_ERROR, EXIT_NO_GPU = 2, 3
+TUNING = ("matmul", "reduce")  # the two tuning commands named after built-in families
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
-    if getattr(args, "simulator", False):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if "--simulator" in argv:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # small grids are deliberate here
     try:
+        aliases = preload_families(argv)
+        args = parser(aliases, argv).parse_args(argv)
         return args.run(args)
     except KeyboardInterrupt:
         print("interrupted; everything measured so far is in the study and is used when you run again",
               file=sys.stderr)
         return 130
-    except (ValueError, TypeError, OSError) as exc:
+    except (ValueError, TypeError, OSError, RuntimeError) as exc:
         print(f"autotune: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="autotune", description="Generate, tune and look up Numba CUDA kernels "
-                                "for matmul and reductions.")
+def preload_families(argv: list[str]) -> dict[str, list[str]]:
+    """Register the families the command line names by path or module (``--family X``, ``render X``,
+    ``bench X``) and return, per family name, the spellings used, which the parser accepts as aliases."""
+    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--family", "--kind")]
+    named += [a.split("=", 1)[1] for a in argv if a.startswith(("--family=", "--kind="))]
+    if len(argv) > 1 and argv[0] in ("render", "bench") and not argv[1].startswith("-"):
+        named.append(argv[1])
+    aliases: dict[str, list[str]] = {}
+    for spec in named:
+        if spec in known():
+            continue
+        try:
+            fam = register_family(spec)
+        except FamilyError as exc:
+            raise ValueError(str(exc)) from None
+        aliases.setdefault(fam.name, []).append(spec)
+    return aliases
+
+
+# -- the parser ---------------------------------------------------------------------------------------
+def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
+    aliases = aliases or {}
+    p = argparse.ArgumentParser(prog="autotune", description="Generate, tune and look up Numba CUDA kernels: "
+                                "matrix products, reductions, and kernel families of your own.")
     sub = p.add_subparsers(required=True, metavar="COMMAND")
-    for kind, help_text in (("matmul", "tune C = A @ B"), ("reduce", "tune sum/max/min/dot reductions")):
-        t = sub.add_parser(kind, help=help_text, description=f"{help_text} on the attached GPU; the winners go to "
-                           "the tuned database.")
-        _tune_args(t, kind)
-        t.set_defaults(run=run_tune, kind=kind)
-    b = sub.add_parser("bench", help="time tuned kernels against vendor libraries and the seed kernels")
-    b.add_argument("kind", choices=["matmul", "reduce"])
-    _problem_args(b)
-    b.add_argument("--device", default="0", help="GPU index (default 0)")
-    b.add_argument("--db", help="database folder (default $AUTOTUNE_DB or ./tuned_db)")
-    b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
-    b.set_defaults(run=run_bench)
-    s = sub.add_parser("selftest", help="check every parameter value's variants against NumPy on the GPU")
-    s.add_argument("--device", default="0")
-    s.add_argument("--simulator", action="store_true", help="run in the CUDA simulator (small sample)")
-    s.add_argument("--kind", action="append", choices=["matmul", "reduce"], help="only this family (repeatable)")
-    s.add_argument("--dtype", action="append", choices=["float32", "float64"], help="only this dtype (repeatable)")
-    s.set_defaults(run=run_selftest)
-    r = sub.add_parser("render", help="print the generated source of one variant")
-    r.add_argument("kind", choices=["matmul", "reduce"])
-    r.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
-    r.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    r.add_argument("--layout", default="nn")
-    r.add_argument("--op", default="sum")
-    r.add_argument("--axis", default="all", choices=["all", "0", "1"])
-    r.add_argument("--simulator", action="store_true", help="the rendering for the CUDA simulator")
-    r.set_defaults(run=run_render)
-    show = sub.add_parser("show", help="print the tuned database as a table")
-    show.add_argument("--db")
-    show.add_argument("--device", help="GPU model (name or file slug); default all")
-    show.add_argument("--kernel", choices=["matmul", "reduce"])
-    show.set_defaults(run=run_show)
-    db = sub.add_parser("db", help="check or merge database files")
-    dbsub = db.add_subparsers(required=True, metavar="ACTION")
-    check = dbsub.add_parser("check", help="validate every file of the database (exit 1 on any problem)")
-    check.add_argument("--db")
-    check.set_defaults(run=run_db_check)
-    merge = dbsub.add_parser("merge", help="merge another machine's file into the database")
-    merge.add_argument("other")
-    merge.add_argument("--db")
-    merge.add_argument("--force", action="store_true", help="replace entries even when the new one is slower")
-    merge.set_defaults(run=run_db_merge)
+    for name in TUNING:
+        impl = family_named(name)
+        help_text = {"matmul": "tune C = A @ B", "reduce": "tune sum/max/min/dot reductions"}[name]
+        t = sub.add_parser(name, help=help_text, description=f"{help_text} on the attached GPU; the winners go to the "
+                           "tuned database. Without --shape, the standard suite: " + ", ".join(impl.suite) + ".")
+        _family_flags(t, impl)
+        _tune_args(t)
+        t.set_defaults(run=run_tune, kind=name, command=name)
+    chosen = _chosen_family(aliases, argv or [])
+    t = sub.add_parser("tune", help="tune any kernel family (a built-in one or your own: --family PATH)",
+                       description="Tune a kernel family: a built-in one by name, or your own from a Python file or "
+                       "folder (its template and search space beside it), a module, or an installed package.")
+    t.add_argument("--family", required=True, metavar="NAME|PATH", help="the family: " + ", ".join(known()) +
+                   ", or a path to your own")
+    if chosen is not None:
+        _family_flags(t, chosen)
+    _tune_args(t)
+    t.set_defaults(run=run_tune, kind=chosen.name if chosen else None, command="tune")
+    _bench_parser(sub, aliases)
+    _selftest_parser(sub)
+    _render_parser(sub, aliases)
+    _warm_parser(sub)
+    _db_parsers(sub)
     return p
 
 
-def _problem_args(p: argparse.ArgumentParser) -> None:
+def _chosen_family(aliases: dict[str, list[str]], argv: list[str]):
+    """The family of a `tune --family X` command line, once preloaded (None while parsing for help)."""
+    for i, a in enumerate(argv[:-1]):
+        if a == "--family":
+            return _family_or_none(argv[i + 1], aliases)
+    for a in argv:
+        if a.startswith("--family="):
+            return _family_or_none(a.split("=", 1)[1], aliases)
+    return None
+
+
+def _family_or_none(spec: str, aliases: dict[str, list[str]]):
+    for name, spellings in aliases.items():
+        if spec in spellings:
+            return family_named(name)
+    try:
+        return family_named(spec)
+    except FamilyError:
+        return None
+
+
+def _family_flags(p: argparse.ArgumentParser, impl) -> None:
+    """One option per family argument, e.g. --layout, --op, --axis, with its allowed values."""
+    for arg in impl.args:
+        choices = [str(arg.text(c)) for c in arg.choices]
+        p.add_argument(f"--{arg.name.replace('_', '-')}", dest=f"arg_{arg.name}", default=str(arg.text(arg.default)),
+                       choices=choices, help=f"{impl.name}: {arg.help} (default {arg.text(arg.default)})")
+
+
+def _family_values(args, impl) -> dict:
+    return {a.name: a.parse(getattr(args, f"arg_{a.name}", str(a.text(a.default)))) for a in impl.args}
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _dtype_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="float32", help="element type (default float32; the family says which it has)")
+
+
+def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shape", action="append", metavar="SHAPE",
-                   help="MxNxK for matmul, N or MxN for reduce (repeatable; default: the standard suite)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "float64"])
-    p.add_argument("--layout", default="nn", choices=["nn", "nt", "tn", "tt"],
-                   help="matmul: which of A, B are given transposed (default nn)")
-    p.add_argument("--op", default="sum", choices=["sum", "max", "min", "dot"], help="reduce: the operation")
-    p.add_argument("--axis", default="all", choices=["all", "0", "1"], help="reduce: all, or the axis of a 2-D array")
-
-
-def _tune_args(p: argparse.ArgumentParser, kind: str) -> None:
-    _problem_args(p)
+                   help="problem shape, e.g. MxNxK for matmul, N or MxN for reduce (repeatable; default: the "
+                        "family's standard suite)")
+    _dtype_arg(p)
     p.add_argument("--device", default="0", help="GPU index, or several: 0,1 (one worker per GPU, one study)")
-    p.add_argument("--trials", type=int, help="measured variants per shape (default 60; 6 in the simulator)")
-    p.add_argument("--timeout", type=float, help="stop sampling after this many seconds per shape")
+    p.add_argument("--trials", type=_positive_int, help="measured variants per shape (default 60; 6 in the simulator)")
+    p.add_argument("--timeout", type=_positive_float, help="stop sampling after this many seconds per shape")
     p.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid", "cmaes"])
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
-    p.add_argument("--storage", help="Optuna storage URL, e.g. postgresql://user@host/db (default: a journal "
-                   "file per GPU model under --state-dir)")
+    p.add_argument("--storage", help="Optuna storage URL shared by several tuners, e.g. "
+                   "postgresql://user:password@host/db (pip install \"autotune[postgres]\"; default: a journal file "
+                   "per GPU model under --state-dir)")
     p.add_argument("--state-dir", default="autotune-out", help="where studies live (default autotune-out/)")
     p.add_argument("--space", help="your own search-space YAML (narrows the built-in one)")
-    p.add_argument("--db", help="database folder (default $AUTOTUNE_DB or ./tuned_db)")
+    p.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     p.add_argument("--force", action="store_true", help="replace database entries even when slower")
     p.add_argument("--no-db", action="store_true", help="do not write the database")
-    p.add_argument("--compile-workers", type=int, help="CPU processes compiling ahead of the GPU")
-    p.add_argument("--job-timeout", type=float, default=90.0,
+    p.add_argument("--compile-workers", type=_positive_int,
+                   help="CPU processes compiling ahead of the GPU (default: one fewer than the CPUs, at most 16)")
+    p.add_argument("--job-timeout", type=_positive_float, default=90.0,
                    help="seconds a variant may take to check and time before its worker is restarted (default 90)")
-    p.add_argument("--compile-timeout", type=float, default=300.0,
-                   help="seconds a variant may take to compile before it counts as failed (default 300; "
-                        "16x8-per-thread matmul tiles take 1-2 min in Numba's front end)")
+    p.add_argument("--compile-timeout", type=_positive_float, default=300.0,
+                   help="seconds a variant may take to compile before it counts as failed (default 300)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")
     p.add_argument("--write-db", action="store_true", help="with --simulator: write the database anyway")
 
 
-def family_of(args, kind: str) -> dict:
-    if kind == "matmul":
-        return {"layout": args.layout}
-    return {"op": args.op, "axis": None if args.axis == "all" else int(args.axis)}
+def _family_subparsers(sub, command: str, aliases: dict[str, list[str]], help_text: str, description: str):
+    """A sub-command per known family under ``command`` (``render matmul``, ``render examples/softmax``)."""
+    p = sub.add_parser(command, help=help_text, description=description)
+    families = p.add_subparsers(required=True, metavar="FAMILY", dest="family_name")
+    made = []
+    for name in known():
+        impl = family_named(name)
+        f = families.add_parser(name, aliases=aliases.get(name, []), help=f"{name} ({impl.source or 'built in'})",
+                                description=description, epilog=_parameters_text(impl),
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+        _family_flags(f, impl)
+        f.set_defaults(kind=name)
+        made.append(f)
+    return p, made
 
 
-def problems_of(args, kind: str, default_suite: list[str]):
+def _parameters_text(impl) -> str:
+    """The family's template parameters with their allowed values, for --help."""
+    try:
+        from .space import load_space
+
+        space = load_space(impl.name)
+    except Exception as exc:  # a broken space must not break --help
+        return f"(the search space of {impl.name} cannot be read: {exc})"
+    lines = [f"parameters of {impl.name} (-p NAME=VALUE; left out: the default, marked *):"]
+    for param in space.params.values():
+        values = " ".join(f"{v}*" if v == param.default else str(v) for v in param.values)
+        where = f"  [where {' and '.join(f'{k} in {list(v)}' for k, v in param.when.items())}]" if param.when else ""
+        lines.append(f"  {param.name}: {values}{where}")
+    return "\n".join(lines)
+
+
+def _bench_parser(sub, aliases) -> None:
+    _, made = _family_subparsers(sub, "bench", aliases, "time tuned kernels against vendor libraries and the seed "
+                                 "kernels", "Time the tuned kernels next to the library calls that compute the same "
+                                 "(CuPy, PyTorch: pip install \"autotune[bench]\") and the seed kernels, in one "
+                                 "process; write a Markdown table and a plot per family, arguments and dtype.")
+    for b in made:
+        b.add_argument("--shape", action="append", metavar="SHAPE", help="problem shape (repeatable; default: the "
+                       "family's standard suite)")
+        _dtype_arg(b)
+        b.add_argument("--device", default="0", help="GPU index (default 0)")
+        b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
+        b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
+        b.set_defaults(run=run_bench)
+
+
+def _selftest_parser(sub) -> None:
+    s = sub.add_parser("selftest", help="check every parameter value's variants against NumPy on the GPU",
+                       description="Check a covering sample of every family's search space (every value of every "
+                       "parameter at least once) against float64 NumPy on odd shapes, with NaN and infinities for "
+                       "max and min and with out= overlapping an input. --simulator runs a small sample (a few "
+                       "variants on the smallest shapes, about a minute) in Numba's CUDA simulator.")
+    s.add_argument("--device", default="0")
+    s.add_argument("--simulator", action="store_true", help="run a small sample in the CUDA simulator")
+    s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
+                   help="only this family (repeatable; default: the built-in ones)")
+    s.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
+    s.set_defaults(run=run_selftest)
+
+
+def _render_parser(sub, aliases) -> None:
+    _, made = _family_subparsers(sub, "render", aliases, "print the generated source of one variant",
+                                 "Print the Numba CUDA source of one configuration, validated against the family's "
+                                 "search space.")
+    for r in made:
+        r.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
+        _dtype_arg(r)
+        r.add_argument("--simulator", action="store_true", help="the rendering for the CUDA simulator")
+        r.set_defaults(run=run_render)
+
+
+def _warm_parser(sub) -> None:
+    w = sub.add_parser("warm", help="compile every database entry ahead (fills Numba's disk cache)",
+                       description="Compile the kernels the database holds for this GPU, in parallel processes, so that "
+                       "later processes load them instead of compiling (run it once when building a container). "
+                       "With --cc and no GPU: compile to PTX and cubin for that compute capability and report "
+                       "registers and spills. Prints each entry's compile seconds, registers and spills.")
+    w.add_argument("--db", help="a database file or folder (default: the folders lookups read)")
+    w.add_argument("--cc", help="compute capability such as 9.0: compile for it without a GPU (files of GPUs with it)")
+    w.add_argument("--jobs", type=_positive_int, help="compile processes (default: the CPUs)")
+    w.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    w.set_defaults(run=run_warm)
+
+
+def _db_parsers(sub) -> None:
+    show = sub.add_parser("show", help="print the tuned database as a table",
+                          description="Print every entry the lookups can use, file by file, in the order "
+                          "get_best_kernel reads them (your folder, then the shipped database).")
+    show.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
+    show.add_argument("--device", help="GPU model (name or file slug); default all")
+    show.add_argument("--kernel", metavar="FAMILY", help="only this family")
+    show.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    show.set_defaults(run=run_show)
+    db = sub.add_parser("db", help="check or merge database files", description="Check or merge tuned database files.")
+    dbsub = db.add_subparsers(required=True, metavar="ACTION")
+    check = dbsub.add_parser("check", help="validate every file lookups read (exit 1 on any problem)",
+                             description="Validate every database file that lookups read, in their order (your folder, "
+                             "then the shipped database): each entry against the schema and its family's search space, "
+                             "duplicates, unreadable files. Exit 1 on any problem.")
+    check.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
+    check.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    check.set_defaults(run=run_db_check)
+    merge = dbsub.add_parser("merge", help="merge another machine's file into the database",
+                             description="Merge a database file (e.g. from a colleague's GPU) into the file of the "
+                             "GPU model it declares in your folder; an entry is replaced only by a faster one.")
+    merge.add_argument("other")
+    merge.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
+    merge.add_argument("--force", action="store_true", help="replace entries even when the new one is slower")
+    merge.set_defaults(run=run_db_merge)
+
+
+# -- shared steps ---------------------------------------------------------------------------------------
+def problems_of(args, kind: str, default_suite) -> list:
     from .problem import Problem, parse_shape
 
-    shapes = args.shape or default_suite
-    return [Problem(kind, parse_shape(s), args.dtype, family_of(args, kind)) for s in shapes]
+    impl = family_named(kind)
+    family = _family_values(args, impl)
+    shapes = args.shape or list(default_suite)
+    if not shapes:
+        raise ValueError(f"{kind} has no standard suite: give --shape")
+    return [Problem(kind, parse_shape(s), args.dtype, family) for s in shapes]
 
 
 def _devices(text: str) -> tuple[int, ...]:
@@ -141,31 +312,40 @@ def _devices(text: str) -> tuple[int, ...]:
         devices = tuple(int(d) for d in str(text).split(","))
     except ValueError:
         raise ValueError(f"--device takes GPU indices such as 0 or 0,1; got {text!r}") from None
+    if any(d < 0 for d in devices):
+        raise ValueError(f"--device takes GPU indices such as 0 or 0,1; got {text!r}")
     return devices
 
 
-def require_gpu(args, command: str) -> bool:
+def require_gpu(args, command: str, dry_run: bool = True) -> bool:
     from .device import gpu_available
 
     if getattr(args, "simulator", False) or gpu_available():
         return True
+    hint = (f"  For a dry run of the whole pipeline in Numba's CUDA simulator (tiny shape, meaningless timings):\n"
+            f"      autotune {command} --simulator" if dry_run else
+            "  It times kernels against vendor libraries, which needs a GPU; `autotune selftest --simulator` checks "
+            "kernels without one.")
     print(f"autotune: no CUDA GPU is visible on this machine, so `autotune {command}` cannot measure anything.\n"
-          f"  For a dry run of the whole pipeline in Numba's CUDA simulator (tiny shape, meaningless timings):\n"
-          f"      autotune {command} --simulator", file=sys.stderr)
+          f"{hint}", file=sys.stderr)
     return False
 
 
-# -- tune ---------------------------------------------------------------------------------------------
+# -- tune -----------------------------------------------------------------------------------------------
 def run_tune(args) -> int:
     kind = args.kind
-    if not require_gpu(args, kind):
-        return 3
+    if kind is None:
+        raise ValueError(f"--family {args.family!r}: no such family")
+    command = f"tune --family {args.family}" if args.command == "tune" else kind
+    if not require_gpu(args, command):
+        return EXIT_NO_GPU
     from . import report
-    from .db import db_dir, db_path
+    from .db import db_dir, db_path, database_folders
     from .device import current_device
     from .lookup import tuning_starts
     from .tuner import TuneConfig, Tuner
 
+    impl = family_named(kind)
     sim = args.simulator
     devices = _devices(args.device)
     if not sim:
@@ -173,10 +353,10 @@ def run_tune(args) -> int:
 
         cuda.select_device(devices[0])
     device = current_device()
-    suite = SIMULATOR_SHAPES[kind] if sim and not args.shape else (MATMUL_SUITE if kind == "matmul" else REDUCE_SUITE)
+    suite = impl.dry_run_shapes if sim and not args.shape else impl.suite
     problems = problems_of(args, kind, suite)
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
-                        seed=args.seed, storage=args.storage, state_dir=args.state_dir, devices=devices,
+                        seed=args.seed, storage=args.storage, state_dir=Path(args.state_dir), devices=devices,
                         space_path=args.space, job_timeout_s=args.job_timeout,
                         compile_timeout_s=args.compile_timeout)
     if args.compile_workers:
@@ -187,11 +367,12 @@ def run_tune(args) -> int:
         print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
               file=sys.stderr)
     results = []
-    db_file = db_path(db_dir(args.db), device.name)
+    target = db_path(db_dir(args.db), device.name)
+    start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
     for problem in problems:
         print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler})",
               file=sys.stderr)
-        incumbent, neighbours = tuning_starts(db_file, problem)
+        incumbent, neighbours = tuning_starts(start_files, problem)
         results.append(Tuner(problem, config, device, incumbent=incumbent, neighbours=neighbours).run())
     print(report.tune_table(results, device))
     write = (args.write_db or not sim) and not args.no_db
@@ -203,34 +384,32 @@ def run_tune(args) -> int:
     return 0 if all(r.best for r in results) else 1
 
 
-# -- bench, selftest ---------------------------------------------------------------------------------
+# -- bench, selftest, render, warm ---------------------------------------------------------------------------
 def run_bench(args) -> int:
-    if not require_gpu(args, f"bench {args.kind}"):
-        return 3
+    if not require_gpu(args, f"bench {args.family_name}", dry_run=False):
+        return EXIT_NO_GPU
     from numba import cuda
 
     from .bench import run_suite
 
     cuda.select_device(_devices(args.device)[0])
-    suite = MATMUL_SUITE if args.kind == "matmul" else REDUCE_SUITE
-    run_suite(problems_of(args, args.kind, suite), db=args.db, out_dir=args.out)
+    run_suite(problems_of(args, args.kind, family_named(args.kind).suite), db=args.db, out_dir=args.out)
     return 0
 
 
 def run_selftest(args) -> int:
     if not require_gpu(args, "selftest"):
-        return 3
+        return EXIT_NO_GPU
     from .selftest import selftest
 
     if not args.simulator:
         from numba import cuda
 
         cuda.select_device(_devices(args.device)[0])
-    return 0 if selftest(small=args.simulator, kinds=tuple(args.kind or ("matmul", "reduce")),
-                         dtypes=tuple(args.dtype or ("float32", "float64"))) else 1
+    kinds = tuple(family_named(k).name for k in (args.kinds or BUILTIN))
+    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype or ("float32", "float64"))) else 1
 
 
-# -- render -----------------------------------------------------------------------------------------
 def parse_param(text: str) -> tuple[str, object]:
     name, sep, value = text.partition("=")
     if not sep or not name:
@@ -242,56 +421,84 @@ def run_render(args) -> int:
     from .build import render_source
 
     params = dict(parse_param(p) for p in args.param)
-    family = family_of(args, args.kind)
+    family = _family_values(args, family_named(args.kind))
     _, _, source = render_source(args.kind, params, args.dtype, simulator=args.simulator, **family)
     print(source, end="")
     return 0
 
 
+def run_warm(args) -> int:
+    from .warm import warm
+
+    for spec in args.family:
+        register_family(spec)
+    return warm(db=args.db, cc=args.cc, jobs=args.jobs)
+
+
 # -- database ---------------------------------------------------------------------------------------
+def _database_files(args) -> tuple[list, list[str], list]:
+    """Every file lookups read, in their order, with a sentence per file that cannot be read; ValueError when
+    the folder named with --db does not exist."""
+    from .db import database_folders, load_folder
+
+    for spec in getattr(args, "family", []) or []:
+        register_family(spec)
+    if args.db and not Path(args.db).is_dir():
+        raise ValueError(f"--db {args.db}: no such folder")
+    folders = database_folders(args.db)
+    files, problems = [], []
+    for folder in folders:
+        found, bad = load_folder(folder)
+        files += found
+        problems += bad
+    return files, problems, folders
+
+
 def run_show(args) -> int:
     from . import report
-    from .db import db_dir, load_folder
     from .device import device_slug
 
-    files = load_folder(db_dir(args.db))
+    files, problems, folders = _database_files(args)
+    print("reading, in this order: " + ", ".join(map(str, folders)))
     if args.device:
         files = [f for f in files if device_slug(args.device) in (f.path.stem, device_slug(f.device["name"]))]
     print(report.db_table(files, args.kernel))
-    return 0
+    for problem in problems:
+        print(f"  unreadable: {problem}")
+    return 1 if problems else 0
 
 
 def run_db_check(args) -> int:
-    from .db import DatabaseError, db_dir, load_file
-
-    folder = db_dir(args.db)
-    paths = sorted(folder.glob("*.yaml"))
-    if not paths:
-        print(f"{folder}: no database files")
-        return 0
-    bad = 0
-    for path in paths:
-        try:
-            f = load_file(path)
-        except DatabaseError as exc:
-            print(f"FAIL {exc}")
-            bad += 1
-            continue
+    files, problems, folders = _database_files(args)
+    print("checking, in the order lookups read them: " + ", ".join(map(str, folders)))
+    if not files and not problems:
+        print("no database files")
+    bad = len(problems)
+    for problem in problems:
+        print(f"FAIL {problem}")
+    for f in files:
         for problem in f.problems:
             print(f"FAIL {problem}")
         bad += len(f.problems)
-        print(f"{'ok  ' if not f.problems else 'FAIL'} {path}: {len(f.entries)} valid entries ({f.device['name']})")
+        print(f"{'ok  ' if not f.problems else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})")
+        for name in f.foreign_families:
+            count = sum(raw.get("kernel") == name for raw in f.foreign)
+            print(f"     {count} entries of the family {name!r}, not registered here: kept, not checked "
+                  f"(--family PATH checks them)")
     return 1 if bad else 0
 
 
 def run_db_merge(args) -> int:
-    from pathlib import Path
-
-    from .db import db_dir, load_file, write_entries
+    from .db import db_dir, db_path, load_file, write_entries
 
     other = load_file(Path(args.other), strict=True)
-    target = db_dir(args.db) / Path(args.other).name
+    target = db_path(db_dir(args.db), other.device["name"])
+    if target.exists() and target.resolve() == Path(args.other).resolve():
+        raise ValueError(f"{args.other} is the database file it would be merged into")
     for line in write_entries(target, other.device, other.entries, force=args.force):
         print(line)
-    print(f"merged into {target}")
+    if other.foreign:
+        print(f"(not merged: {len(other.foreign)} entries of families not registered here: "
+              f"{', '.join(other.foreign_families)})")
+    print(f"merged into {target} (the file of {other.device['name']})")
     return 0

@@ -1,18 +1,15 @@
 """Facts about the current GPU, with stand-ins under the CUDA simulator."""
 from __future__ import annotations
 
+import contextlib
 import re
 from dataclasses import dataclass
 
-from numba import config
+from .backend import simulator
 
 SIMULATOR_SM_COUNT = 2
 FP64_RATE_DIVISOR = {(6, 0): 2, (7, 0): 2, (8, 0): 2, (9, 0): 2}
 FP64_TENSOR_FACTOR = {(8, 0): 2, (9, 0): 2}  # DMMA: A100 19.5 vs 9.7, H100 SXM 67 vs 33.5 TFLOP/s
-
-
-def simulator_active() -> bool:
-    return bool(config.ENABLE_CUDASIM)
 
 
 @dataclass(frozen=True)
@@ -59,10 +56,30 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-gpu"
 
 
+class NoGPUError(RuntimeError):
+    """No CUDA GPU (or driver) is visible and the simulator is not on."""
+
+
+NO_GPU_ADVICE = ("no CUDA GPU is visible on this machine (or its driver cannot be loaded). To run kernels without a "
+                 "GPU, use Numba's CUDA simulator: set NUMBA_ENABLE_CUDASIM=1 in the environment before Python starts "
+                 "(slow: for tests and dry runs)")
+
+
+@contextlib.contextmanager
+def gpu_required():
+    """Turn Numba's driver error into a NoGPUError that says what to do."""
+    from numba.cuda.cudadrv.error import CudaSupportError
+
+    try:
+        yield
+    except CudaSupportError as exc:
+        raise NoGPUError(f"{NO_GPU_ADVICE}. Numba said: {' '.join(str(exc).split())[:200]}") from None
+
+
 def gpu_available() -> bool:
     from numba import cuda
 
-    if simulator_active():
+    if simulator():
         return False
     try:
         return cuda.is_available() and len(cuda.gpus) > 0
@@ -73,9 +90,10 @@ def gpu_available() -> bool:
 def current_device() -> DeviceInfo:
     from numba import cuda
 
-    if simulator_active():
+    if simulator():
         return DeviceInfo(name="CUDA simulator", cc=(9, 0), sm_count=SIMULATOR_SM_COUNT, l2_bytes=1 << 20)
-    dev = cuda.get_current_device()
+    with gpu_required():
+        dev = cuda.get_current_device()
     name = dev.name.decode() if isinstance(dev.name, bytes) else str(dev.name)
     return DeviceInfo(name=name, cc=tuple(dev.compute_capability), sm_count=dev.MULTIPROCESSOR_COUNT,
                       l2_bytes=dev.L2_CACHE_SIZE, clock_khz=dev.CLOCK_RATE, memory_clock_khz=dev.MEMORY_CLOCK_RATE,

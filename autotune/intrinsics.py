@@ -254,3 +254,38 @@ def atomic_min_nan(typingctx, arr, idx, val):
     """arr[idx] = min(arr[idx], val) atomically, NaN propagating (np.minimum's rule); nothing returned."""
     _check_minmax(arr)
     return types.void(arr, idx, val), _atomic_minmax_codegen(False)
+
+
+def _extremum_codegen(is_max: bool):
+    def codegen(context, builder, sig, args):
+        a, b = (context.cast(builder, v, t, sig.return_type) for v, t in zip(args, sig.args))
+        beyond = builder.fcmp_ordered(">" if is_max else "<", a, b)
+        a_is_nan = builder.fcmp_unordered("uno", a, a)
+        return builder.select(builder.or_(beyond, a_is_nan), a, b)
+
+    return codegen
+
+
+def _extremum_signature(a, b):
+    if not (isinstance(a, types.Float) and isinstance(b, types.Float)):
+        raise TypeError(f"maximum/minimum take two floats, got {a} and {b}")
+    result = a if a.bitwidth >= b.bitwidth else b
+    return result(a, b)
+
+
+@intrinsic
+def maximum(typingctx, a, b):
+    """np.maximum of two floats: the larger, or a NaN if either is (Numba's max() returns b's... fmax, dropping a
+    NaN b). A compare and a select, no call."""
+    return _extremum_signature(a, b), _extremum_codegen(True)
+
+
+@intrinsic
+def minimum(typingctx, a, b):
+    """np.minimum of two floats: the smaller, or a NaN if either is."""
+    return _extremum_signature(a, b), _extremum_codegen(False)
+
+
+__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
+           "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "red_add1", "red_add2", "red_add4",
+           "vload2", "vload4", "vstore2", "vstore4"]

@@ -16,7 +16,6 @@ import threading
 from typing import Any, Callable
 
 from . import arrays
-from .device import simulator_active
 
 MAX_PLANS = 32
 DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
@@ -39,17 +38,35 @@ class Plan:
         return len(self._steps)
 
 
-def configure(kernel, grid, block, shared: int = 0):
+def configure(kernel, grid, block, shared: int = 0, simulator: bool = False):
     """``kernel[grid, block, 0, shared]``, safe to keep and to record. The CUDA simulator's ``kernel[grid, block]``
     sets the grid on the kernel object itself and returns it, so a kept configuration would launch with whichever
     grid was configured last; there it is a function that configures at each launch. ``shared`` bytes of dynamic
     shared memory above the default 48 KB are opted into before the first launch."""
-    if simulator_active():
+    if simulator:
         return lambda *args: kernel[grid, block, 0, shared](*args)
     configured = kernel[grid, block, 0, shared]
     if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
         configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
     return configured
+
+
+def fill(module, d, value, simulator: bool) -> tuple:
+    """The launch that sets every element of a flat device array to ``value`` with the module's fill kernel."""
+    threads = 256
+    return configure(module.fill, max(1, -(-d.size // threads)), threads, 0, simulator), d, d.dtype.type(value)
+
+
+def zero(module, d, simulator: bool) -> tuple:
+    """The step that zeroes a flat device array: a driver memset on the default stream, where Numba launches
+    (0.5-1.5% faster than the fill kernel on the H200's split-K entries); the fill kernel in the simulator, which
+    has no driver."""
+    if simulator:
+        return fill(module, d, 0, simulator)
+    from numba.cuda.cudadrv.driver import device_pointer, driver
+
+    words = d.size * d.dtype.itemsize // 4
+    return (functools.partial(driver.cuMemsetD32Async, device_pointer(d), 0, words, 0),)
 
 
 def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:

@@ -1,8 +1,10 @@
-"""Render validated configurations into Numba CUDA source through the Jinja templates."""
+"""Render validated configurations into Numba CUDA source through a family's Jinja templates."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
+from pathlib import Path
 from typing import Any, Mapping
 
 import jinja2
@@ -10,12 +12,14 @@ import jinja2
 from .resources import templates_dir
 
 
-@functools.lru_cache(maxsize=1)
-def environment() -> jinja2.Environment:
-    """Templates from $AUTOTUNE_TEMPLATES first (a folder of your own, e.g. to test a variant), then ours."""
+@functools.lru_cache(maxsize=16)
+def environment(folder: str) -> jinja2.Environment:
+    """Templates from $AUTOTUNE_TEMPLATES first (a folder of your own, e.g. to test a variant), then the family's
+    folder, then the built-in templates (so a family of your own can import their macro files)."""
     folders = [os.environ["AUTOTUNE_TEMPLATES"]] if os.environ.get("AUTOTUNE_TEMPLATES") else []
+    folders += [folder] + ([str(templates_dir())] if Path(folder) != templates_dir() else [])
     return jinja2.Environment(
-        loader=jinja2.FileSystemLoader([*folders, str(templates_dir())]),
+        loader=jinja2.FileSystemLoader(folders),
         undefined=jinja2.StrictUndefined,
         trim_blocks=True,
         lstrip_blocks=True,
@@ -25,19 +29,65 @@ def environment() -> jinja2.Environment:
     )
 
 
-def render(kernel: str, context: Mapping[str, Any]) -> str:
-    """The module source for ``kernel`` with ``context``; a SyntaxError here is a template bug."""
-    source = environment().get_template(f"{kernel}.py.j2").render(**context)
-    compile(source, f"<autotune {kernel}>", "exec")
+IMPORTS_MARK = "# autotune: imports"
+NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint32")
+
+
+def render(family, template: str, context: Mapping[str, Any]) -> str:
+    """The module source ``template`` of ``family`` renders with ``context``; a SyntaxError here is a template bug."""
+    source = environment(str(family.template_dir)).get_template(template).render(**context)
+    source = fill_imports(source)
+    compile(source, f"<autotune {family.name} {template}>", "exec")
     return source
 
 
-def template_hash(kernel: str) -> str:
-    """Short hash of the template files a kernel is rendered from, recorded with tuned results."""
-    import hashlib
+def fill_imports(source: str) -> str:
+    """Replace the header's import mark with imports of exactly the names the module uses: ``math``, Numba's
+    ``cuda`` and scalar types, and the intrinsics of ``autotune.intrinsics`` (code, not comments, counts)."""
+    if IMPORTS_MARK not in source:
+        return source
+    from . import intrinsics
 
+    used = _names(source)
+    lines = ["import math", ""] if "math" in used else []
+    numba = [n for n in NUMBA_NAMES if n in used]
+    if numba:
+        lines.append(f"from numba import {', '.join(numba)}")
+    ours = sorted(n for n in used if n in intrinsics.__all__)
+    if ours:
+        lines += _wrapped("from autotune.intrinsics import ", ours)
+    head, _, body = source.partition(IMPORTS_MARK)
+    return head + "\n".join(lines) + "\n\n" + body.lstrip("\n")
+
+
+def _names(source: str) -> set[str]:
+    import io
+    import tokenize
+
+    body = source.replace(IMPORTS_MARK, "")
+    return {tok.string for tok in tokenize.generate_tokens(io.StringIO(body).readline) if tok.type == tokenize.NAME}
+
+
+def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:
+    line = prefix + ", ".join(names)
+    if len(line) <= width:
+        return [line]
+    lines, current = [], prefix + "("
+    indent = " " * len(current)
+    for i, name in enumerate(names):
+        piece = name + (", " if i < len(names) - 1 else ")")
+        if len(current) + len(piece.rstrip()) > width:
+            lines.append(current.rstrip())
+            current = indent
+        current += piece
+    return lines + [current]
+
+
+def template_hash(family) -> str:
+    """Short hash of the template files a family renders from, recorded with tuned results."""
+    env = environment(str(family.template_dir))
     digest = hashlib.sha256()
-    for name in ("_common.j2", f"{kernel}.py.j2"):
-        source, _, _ = environment().loader.get_source(environment(), name)
+    for name in family.templates():
+        source, _, _ = env.loader.get_source(env, name)
         digest.update(source.encode())
     return digest.hexdigest()[:16]

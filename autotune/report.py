@@ -4,7 +4,8 @@ from __future__ import annotations
 import datetime
 from typing import Any, Iterable
 
-from .device import DeviceInfo, simulator_active
+from . import backend
+from .device import DeviceInfo
 
 
 def table(headers: list[str], rows: Iterable[list[Any]]) -> str:
@@ -24,7 +25,7 @@ def _cell(value: Any) -> str:
 
 
 def fraction_of_peak(problem, rate: float | None, device: DeviceInfo) -> float | None:
-    peak = device.peak_tflops(problem.dtype) if problem.kind == "matmul" else device.peak_gbps()
+    peak = problem.impl.peak(device, problem.dtype)
     return rate / peak if rate and peak else None
 
 
@@ -59,7 +60,7 @@ def versions() -> dict[str, str]:
         out["numba_cuda"] = version("numba-cuda")
     except Exception:
         pass
-    if not simulator_active():
+    if not backend.simulator():
         from numba import cuda
 
         out["cuda_runtime"] = ".".join(map(str, cuda.runtime.get_version()))
@@ -80,7 +81,7 @@ def write_results(results, device: DeviceInfo, db: str | None, config, force: bo
         record = entry_record(
             r.problem, r.best, time=r.timing, rate=round(r.rate, 4), unit=r.problem.unit,
             baseline=_rounded(r.baseline), resources=r.resources, device=device.as_dict(), versions=versions(),
-            template_hash=template_hash(r.problem.kind), trials=r.measured,
+            template_hash=template_hash(r.problem.impl), trials=r.measured,
             date=datetime.date.today().isoformat())
         # A run that measured the current entry's configuration itself has compared them fairly: its best
         # replaces the entry even if the entry's recorded time (perhaps from older code) is lower.

@@ -1,9 +1,12 @@
-"""Correctness of the generated kernels on the attached GPU (or the simulator, with a small sample).
+"""Correctness of the generated kernels on the attached GPU (or, a small sample, in the simulator).
 
-For each kernel family, dtype and layout/op/axis: a covering sample of the search space (every value of every
-parameter used at least once) is built, and each variant is checked with ``Instance.check`` (exact answers
-on integer data, NaN-poisoned outputs) on odd shapes. On the GPU this includes what the simulator cannot run:
-warp shuffles, vector loads, launch_bounds.
+For each kernel family, dtype and set of family arguments (``KernelFamily.selftest_cases``): a covering sample of
+the search space (every value of every parameter used at least once) is built, and each variant is checked with
+the family's oracle (exact answers on integer data; max and min also on data with infinities and NaN; outputs
+poisoned with NaN) on odd shapes, and once more with ``out=`` overlapping its first input. On the GPU this
+includes what the simulator cannot run: warp shuffles, vector loads, launch_bounds. In the simulator
+(``--simulator``) the sample is small: a few cheap variants of the first dtype on the smallest shapes, about a
+minute.
 """
 from __future__ import annotations
 
@@ -14,75 +17,104 @@ import numpy as np
 
 from .build import build_kernel
 from .problem import Instance, Problem
+from .registry import family as family_named
 from .space import load_space
 
-MATMUL_SHAPES = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9), (257, 263, 129), (1000, 1000, 1000)]
-REDUCE_1D = [1, 31, 32, 33, 1023, 1025, 4_000_037]
-REDUCE_2D = [(1, 1), (3, 1025), (33, 31), (130, 7), (1031, 2053)]
+SIMULATOR_VARIANTS = 3  # per family and arguments, in the simulator, where every GPU thread is a Python thread
 
 
-def cases(small: bool, kinds=("matmul", "reduce"), dtypes=("float32", "float64")):
-    """(kind, dtype, family, shapes) for every family the templates cover."""
-    for dtype in dtypes[:1] if small else dtypes:
-        if "matmul" in kinds:
-            for layout in (("nn",) if small else ("nn", "tn", "nt", "tt")):
-                yield "matmul", dtype, {"layout": layout}, MATMUL_SHAPES[1:4] if small else MATMUL_SHAPES
-        if "reduce" in kinds:
-            for op in ("sum", "max", "min", "dot"):
-                yield "reduce", dtype, {"op": op, "axis": None}, REDUCE_1D[:5] if small else REDUCE_1D
-                for axis in (0, 1):
-                    yield "reduce", dtype, {"op": op, "axis": axis}, REDUCE_2D[:3] if small else REDUCE_2D
+def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator) -> list:
+    """(kind, dtype, arguments, shapes, sample) for every case of the families asked for."""
+    plan = []
+    for kind in kinds:
+        impl = family_named(kind)
+        for dtype, args, shapes in impl.selftest_cases(small):
+            if dtype not in dtypes:
+                continue
+            space = load_space(kind)
+            cheap = _cheap(space) if small else None
+            sample, _ = space.covering_sample(dtype=dtype, family=impl.family_args(**args),
+                                              seed=int(rng.integers(1 << 30)), cheap=cheap)
+            extras = list(getattr(impl, "selftest_extras", lambda: [])())
+            if small:
+                sample = sample[:SIMULATOR_VARIANTS]
+                shapes = shapes[:2]
+            plan.append((kind, dtype, args, shapes, extras + sample))
+    return plan
+
+
+def _cheap(space) -> dict:
+    """The smallest value of every integer parameter: small blocks keep the simulator's Python threads few."""
+    return {name: (min(p.values),) for name, p in space.params.items() if isinstance(p.values[0], int)}
 
 
 def selftest(small: bool = False, kinds=("matmul", "reduce"), dtypes=("float32", "float64"), out=sys.stdout) -> bool:
     rng = np.random.default_rng()
-    plan = []
-    for kind, dtype, family, shapes in cases(small, kinds, dtypes):
-        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=int(rng.integers(1 << 30)))
-        if kind == "matmul":
-            sample = [{"strategy": "naive"}, {"strategy": "shared16"}] + sample
-        plan.append((kind, dtype, family, shapes, sample))
+    plan = plan_for(kinds, dtypes, small, rng)
     if not small:
         compile_ahead(plan, out)
     return check_plan(plan, rng, out)
 
 
 def check_plan(plan, rng: np.random.Generator, out=sys.stdout) -> bool:
-    """Check every (kind, dtype, family, shapes, sample) of the plan; print failures as they come and a summary."""
+    """Check every (kind, dtype, arguments, shapes, sample) of the plan; print failures as they come and a summary."""
     failures, checked, t0 = [], 0, time.time()
-    for kind, dtype, family, shapes, sample in plan:
+    for kind, dtype, args, shapes, sample in plan:
         for params in sample:
-            kernel = build_kernel(kind, params, dtype, **family)
+            kernel = build_kernel(kind, params, dtype, **args)
             for shape in shapes:
-                problem = Problem(kind, shape, dtype, family)
-                try:
-                    error = Instance(problem, rng).check(kernel)
-                except Exception as exc:  # a launch failure is a failed check; the rest still run
-                    error = f"{type(exc).__name__}: {exc}"
-                checked += 1
-                if error:
-                    failures.append(f"{problem.key} {params}: {error}")
-                    print(f"FAIL {failures[-1]}", file=out, flush=True)
-        print(f"{kind} {dtype} {family}: {len(sample)} variants x {len(shapes)} shapes checked", file=out, flush=True)
+                problem = Problem(kind, shape, dtype, args)
+                for check in (_check, _check_overlapping):
+                    try:
+                        error = check(kernel, problem, rng)
+                    except Exception as exc:  # a launch failure is a failed check; the rest still run
+                        error = f"{type(exc).__name__}: {exc}"
+                    checked += 1
+                    if error:
+                        failures.append(f"{problem.key} {params}: {error}")
+                        print(f"FAIL {failures[-1]}", file=out, flush=True)
+        print(f"{kind} {dtype} {args}: {len(sample)} variants x {len(shapes)} shapes checked", file=out, flush=True)
     print(f"\nselftest: {checked} checks, {len(failures)} failures, {time.time() - t0:.0f} s", file=out)
     return not failures
+
+
+def _check(kernel, problem: Problem, rng) -> str | None:
+    return Instance(problem, rng).check(kernel)
+
+
+def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
+    """The kernel with ``out=`` starting at its first input's first byte: NumPy's result, computed from the inputs
+    as they were before the call."""
+    from numba import cuda
+
+    inst = Instance(problem, rng)
+    case, args = inst.cases[0]
+    host = case.inputs[0]
+    size = int(np.prod(problem.out_shape))
+    buffer = cuda.to_device(np.concatenate([host.ravel(order="K"), np.zeros(max(0, size - host.size), host.dtype)]))
+    first = buffer[:host.size]
+    first = first.reshape(host.shape[::-1]).T if np.isfortran(host) and host.ndim > 1 else first.reshape(host.shape)
+    out = buffer[:size].reshape(problem.out_shape)
+    kernel(first, *args[1:], out=out)
+    return problem.impl.verify(problem, case, out.copy_to_host(), rng)
 
 
 def compile_ahead(plan, out=sys.stdout) -> None:
     """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does."""
     import os
 
-    from .evaluate import compile_variant, job
+    from .evaluate import compile_variant
+    from .records import job_for
     from .worker import compile_pool
 
-    jobs = [job(Problem(kind, shapes[0], dtype, family), params)
-            for kind, dtype, family, shapes, sample in plan for params in sample]
+    jobs = [job_for(Problem(kind, shapes[0], dtype, args), params)
+            for kind, dtype, args, shapes, sample in plan for params in sample]
     t0 = time.time()
     with compile_pool(max(1, (os.cpu_count() or 2) - 1)) as pool:
         reports = list(pool.map(compile_variant, jobs))
-    spills = sum(1 for r in reports if r["ok"] and r["resources"] and r["resources"]["spill_stores"])
-    bad = [(j, r["reason"]) for j, r in zip(jobs, reports) if not r["ok"]]
+    spills = sum(1 for r in reports if r.ok and r.resources and r.resources["spill_stores"])
+    bad = [(j, r.reason) for j, r in zip(jobs, reports) if not r.ok]
     print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s ({spills} spill registers); "
           f"{len(bad)} failed to compile", file=out, flush=True)
     for j, reason in bad:
-        print(f"COMPILE FAIL {j['kind']} {j['dtype']} {j['family']} {j['params']}: {reason}", file=out)
+        print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {reason}", file=out)

@@ -3,23 +3,29 @@
 A configuration reaches a template only through ``SearchSpace.validate``: every value must be one the
 space allows (an ``int`` for integer parameters, one of the listed names for the others) and every
 constraint must hold. The rendered source is executed, so this is the one gate between user input and code.
+A user's own space file (``--space``) may only narrow the family's built-in space: fewer values, a parameter
+applying in fewer places, more constraints; anything else is refused when the file is loaded, with the file,
+the parameter or constraint and what is allowed.
 """
 from __future__ import annotations
 
+import functools
+import os
 import random
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
-import yaml
+from .constraints import HARDWARE_LIMITS, PREDICATES, Context, Rule, predicates_of, rule
+from .registry import family as family_named
+from .yamlfile import YamlFileError, read_yaml
 
-from .constraints import HARDWARE_LIMITS, PREDICATES, Context
-from .resources import search_space_path
+if TYPE_CHECKING:
+    from .family import KernelFamily
 
-KERNELS = ("matmul", "reduce")
-DTYPES = ("float32", "float64")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+_TOP_LEVEL = ("kernel", "params", "constraints", "starts")
 
 
 class SpaceError(ValueError):
@@ -48,24 +54,33 @@ class Param:
 class SearchSpace:
     kernel: str
     params: Mapping[str, Param]
-    constraints: tuple[Mapping[str, Any], ...]
+    constraints: tuple[Rule, ...]
     path: str
     starts: tuple[Mapping[str, Any], ...] = ()
+    impl: "KernelFamily" = field(default=None, repr=False, compare=False)
+
+    def _context(self, family: Mapping[str, Any]) -> dict[str, Any]:
+        """The family arguments as ``when`` conditions see them (a reduction's axis None is 'all')."""
+        context = dict(family)
+        for arg in self.impl.args:
+            if arg.name in context:
+                context[arg.name] = arg.text(context[arg.name])
+        return context
 
     # -- which parameters apply -------------------------------------------------------------------
     def active(self, partial: Mapping[str, Any], family: Mapping[str, Any]) -> list[Param]:
         """Parameters that apply given the values chosen so far, in file order (conditions look back only)."""
-        context = {**_family_context(family), **partial}
+        context = {**self._context(family), **partial}
         return [p for p in self.params.values() if p.applies(context)]
 
     def applies(self, param: Param, chosen: Mapping[str, Any], family: Mapping[str, Any]) -> bool:
         """Whether ``param`` applies given the values chosen so far and the family arguments."""
-        return param.applies({**_family_context(family), **chosen})
+        return param.applies({**self._context(family), **chosen})
 
     def defaults(self, family: Mapping[str, Any]) -> dict[str, Any]:
         chosen: dict[str, Any] = {}
         for p in self.params.values():
-            if p.applies({**_family_context(family), **chosen}):
+            if p.applies({**self._context(family), **chosen}):
                 chosen[p.name] = p.default
         return chosen
 
@@ -74,15 +89,15 @@ class SearchSpace:
                  fill_defaults: bool = True) -> dict[str, Any]:
         """The configuration as checked, in file order; ValueError naming the parameter otherwise."""
         family = family or {}
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype {dtype!r} is not supported; allowed: {', '.join(DTYPES)}")
+        if dtype not in self.impl.dtypes:
+            raise ValueError(f"dtype {dtype!r} is not supported by {self.kernel}; allowed: {', '.join(self.impl.dtypes)}")
         if not isinstance(params, Mapping):
             raise ValueError(f"parameters must be a mapping of names to values, got {type(params).__name__}")
         unknown = [k for k in params if k not in self.params]
         if unknown:
             raise ValueError(f"unknown parameter {unknown[0]!r} for {self.kernel}; known: {', '.join(self.params)}")
         chosen: dict[str, Any] = {}
-        context = _family_context(family)
+        context = self._context(family)
         for p in self.params.values():
             if not p.applies({**context, **chosen}):
                 if p.name in params:
@@ -108,14 +123,11 @@ class SearchSpace:
 
     def violation(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> str | None:
         """The first constraint the (type-checked) configuration breaks, as a sentence, or None."""
-        ctx = Context(dtype=dtype, family=family)
-        for spec in (*self.constraints, *HARDWARE_LIMITS):
-            predicate, reads = PREDICATES[spec["name"]]
-            args = {k: v for k, v in spec.items() if k != "name"}
-            needed = reads | set(args.get("args", ()))
-            if not needed <= params.keys():
+        ctx = Context(dtype=dtype, family=family, kernel=self.impl)
+        for constraint in (*self.constraints, *_hardware_limits()):
+            if not constraint.needs() <= params.keys():
                 continue
-            message = predicate(params, ctx, **args)
+            message = constraint.violation(params, ctx)
             if message:
                 return message
         return None
@@ -128,7 +140,7 @@ class SearchSpace:
                 yield dict(chosen)
                 return
             head, tail = rest[0], rest[1:]
-            if not head.applies({**_family_context(family), **chosen}):
+            if not head.applies({**self._context(family), **chosen}):
                 yield from extend(chosen, tail)
                 return
             for value in head.values:
@@ -177,7 +189,7 @@ class SearchSpace:
     def _random_config(self, rng: random.Random, family, pin, cheap) -> dict[str, Any] | None:
         chosen: dict[str, Any] = {}
         for p in self.params.values():
-            if not p.applies({**_family_context(family), **chosen}):
+            if not p.applies({**self._context(family), **chosen}):
                 if p.name == pin[0]:
                     return None
                 continue
@@ -187,16 +199,14 @@ class SearchSpace:
 
     def _reachable(self, name: str, family) -> bool:
         """Whether the parameter can apply at all for these family arguments."""
-        family_keys = set(_family_context(family))
+        context = self._context(family)
         when = self.params[name].when
-        return all(key not in family_keys or _family_context(family)[key] in allowed for key, allowed in when.items())
+        return all(key not in context or context[key] in allowed for key, allowed in when.items())
 
 
-def _family_context(family: Mapping[str, Any]) -> dict[str, Any]:
-    context = dict(family)
-    if "axis" in context:
-        context["axis"] = "all" if context["axis"] is None else context["axis"]
-    return context
+@functools.lru_cache(maxsize=None)
+def _hardware_limits() -> tuple[Rule, ...]:
+    return tuple(rule(spec, PREDICATES, {}) for spec in HARDWARE_LIMITS)
 
 
 def _when_text(when: Mapping[str, tuple]) -> str:
@@ -205,36 +215,68 @@ def _when_text(when: Mapping[str, tuple]) -> str:
 
 # -- loading ----------------------------------------------------------------------------------------
 def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
-    """The kernel's search space, from ``path`` or the one shipped with the package."""
-    if kernel not in KERNELS:
-        raise ValueError(f"unknown kernel kind {kernel!r}; known: {', '.join(KERNELS)}")
-    builtin_path = search_space_path(kernel)
-    builtin = _parse_space(builtin_path, kernel, None)
+    """The family's search space, narrowed by the user's file at ``path`` if given (ValueError for an unknown
+    family, SpaceError naming the file for a bad one). Each file is parsed once per process while unchanged."""
+    impl = family_named(kernel)
+    builtin = _cached(impl, str(impl.space_file), None)
     if path is None:
         return builtin
-    return _parse_space(Path(path), kernel, builtin)
+    return _cached(impl, str(Path(path).resolve()), builtin)
 
 
-def _parse_space(path: Path, kernel: str, builtin: SearchSpace | None) -> SearchSpace:
+def _cached(impl: "KernelFamily", path: str, builtin: SearchSpace | None) -> SearchSpace:
+    try:
+        stat = os.stat(path)
+    except OSError as exc:
+        raise SpaceError(f"{path}: cannot read search space: {exc.strerror or exc}") from None
+    key = (impl.name, impl.source, path, stat.st_mtime_ns, stat.st_size, builtin.path if builtin else None)
+    if key not in _spaces:
+        if len(_spaces) >= 64:
+            _spaces.clear()
+        _spaces[key] = _parse_space(Path(path), impl, builtin)
+    return _spaces[key]
+
+
+_spaces: dict[tuple, SearchSpace] = {}
+
+
+def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) -> SearchSpace:
     where = str(path)
     try:
-        data = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as exc:
-        raise SpaceError(f"{where}: cannot read search space: {exc}") from None
+        data = read_yaml(path)
+    except YamlFileError as exc:
+        raise SpaceError(f"cannot read search space: {exc}") from None
+    kernel = impl.name
     if not isinstance(data, dict) or data.get("kernel") != kernel or not isinstance(data.get("params"), dict):
         raise SpaceError(f"{where}: expected a mapping with 'kernel: {kernel}' and a 'params' mapping")
+    unknown = sorted(str(k) for k in data if k not in _TOP_LEVEL)
+    if unknown:
+        raise SpaceError(f"{where}: unknown key {unknown[0]!r}; a search space has {', '.join(_TOP_LEVEL)}")
+    arg_names = {a.name for a in impl.args}
     params = {}
     for name, spec in data["params"].items():
         params[name] = _parse_param(where, name, spec, builtin)
     if builtin is not None:  # a user's file narrows ours: parameters it leaves out stay at their defaults
         params = {name: params.get(name) or replace(p, values=(p.default,)) for name, p in builtin.params.items()}
-    constraints = tuple(_parse_constraint(where, i, c, params) for i, c in enumerate(data.get("constraints") or []))
+    for p in params.values():
+        bad = sorted(k for k in p.when if k not in params and k not in arg_names)
+        if bad:
+            raise SpaceError(f"{where}: parameter {p.name!r}: 'when' names {bad[0]!r}, which is neither a parameter "
+                             f"nor an argument of {kernel} ({', '.join([*params, *sorted(arg_names)])})")
+    known = predicates_of(impl)
+    constraints = []
+    for i, spec in enumerate(data.get("constraints") or []):
+        try:
+            constraints.append(rule(spec, known, params))
+        except ValueError as exc:
+            raise SpaceError(f"{where}: constraint #{i + 1}: {exc}") from None
     if builtin is not None:
-        constraints = builtin.constraints + constraints
+        constraints = [*builtin.constraints, *constraints]
     starts = tuple(_parse_start(where, i, c, params) for i, c in enumerate(data.get("starts") or []))
     if builtin is not None:
         starts = builtin.starts + starts
-    return SearchSpace(kernel=kernel, params=params, constraints=constraints, path=where, starts=starts)
+    return SearchSpace(kernel=kernel, params=params, constraints=tuple(constraints), path=where, starts=starts,
+                       impl=impl)
 
 
 def _parse_start(where: str, index: int, spec: Any, params: Mapping[str, Param]) -> dict[str, Any]:
@@ -261,6 +303,9 @@ def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) 
         raise SpaceError(f"{here}: not a parameter of the {builtin.kernel} templates; known: {', '.join(builtin.params)}")
     if not isinstance(spec, dict) or not isinstance(spec.get("values"), list) or not spec["values"]:
         raise SpaceError(f"{here}: needs a non-empty 'values' list")
+    extra = sorted(str(k) for k in spec if k not in ("values", "default", "when", "doc"))
+    if extra:
+        raise SpaceError(f"{here}: unknown key {extra[0]!r}; a parameter has values, default, when, doc")
     values = tuple(spec["values"])
     kinds = {type(v) for v in values}
     if kinds == {int}:
@@ -272,35 +317,36 @@ def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) 
             raise SpaceError(f"{here}: value {bad[0]!r} is not a plain name")
     else:
         raise SpaceError(f"{here}: values must be all integers or all names, got {sorted(k.__name__ for k in kinds)}")
+    if len(set(values)) != len(values):
+        raise SpaceError(f"{here}: a value is listed twice")
     if builtin is not None:
         known = builtin.params[name].values
-        if kinds == {str} and not set(values) <= set(known):
-            raise SpaceError(f"{here}: values {sorted(set(values) - set(known))} are unknown; allowed: {list(known)}")
+        if kinds != {type(known[0])} or not set(values) <= set(known):
+            outside = sorted(set(values) - set(known), key=str)
+            raise SpaceError(f"{here}: values {outside or list(values)} are unknown to the built-in space (yours narrows "
+                             f"it); allowed: {list(known)}")
     default = spec.get("default", values[0])
     if default not in values or type(default) is not type(values[0]):
         raise SpaceError(f"{here}: default {default!r} is not among its values")
     when = spec.get("when") or {}
-    if not isinstance(when, dict):
+    if not isinstance(when, dict) or not all(isinstance(k, str) for k in when):
         raise SpaceError(f"{here}: 'when' must map names to lists of values")
-    when = {str(k): tuple(v if isinstance(v, list) else [v]) for k, v in when.items()}
-    if "when" not in spec and builtin is not None:  # narrowing a parameter's values keeps where it applies
-        when = dict(builtin.params[name].when)
+    when = {k: tuple(v if isinstance(v, list) else [v]) for k, v in when.items()}
+    if builtin is not None:
+        when = _narrowed_when(here, dict(builtin.params[name].when), when)
     return Param(name=name, values=values, default=default, when=when, doc=str(spec.get("doc", "")))
 
 
-def _parse_constraint(where: str, index: int, spec: Any, params: Mapping[str, Param]) -> dict[str, Any]:
-    here = f"{where}: constraint #{index + 1}"
-    if not isinstance(spec, dict) or spec.get("name") not in PREDICATES:
-        raise SpaceError(f"{here}: must be a mapping whose 'name' is one of {', '.join(PREDICATES)}")
-    for key, value in spec.items():
-        if key == "name":
-            continue
-        if key == "args":
-            if not isinstance(value, list) or not all(isinstance(a, str) and a in params for a in value):
-                raise SpaceError(f"{here}: 'args' must list parameter names of this space")
-        elif type(value) is not int:
-            raise SpaceError(f"{here}: argument {key!r} must be an integer")
-    return dict(spec)
+def _narrowed_when(here: str, builtin: dict[str, tuple], given: dict[str, tuple]) -> dict[str, tuple]:
+    """A user's ``when`` may only narrow where a parameter applies (the templates expect it nowhere else);
+    left out, the built-in one holds."""
+    merged = dict(builtin)
+    for key, allowed in given.items():
+        if key in builtin and not set(allowed) <= set(builtin[key]):
+            raise SpaceError(f"{here}: 'when' may only narrow where it applies; {key} in {list(allowed)} goes "
+                             f"beyond the built-in {key} in {list(builtin[key])}")
+        merged[key] = allowed
+    return merged
 
 
-__all__ = ["SearchSpace", "Param", "SpaceError", "load_space", "KERNELS", "DTYPES"]
+__all__ = ["SearchSpace", "Param", "SpaceError", "load_space"]

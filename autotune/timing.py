@@ -5,7 +5,7 @@ run a buffer twice the size of the L2 cache is overwritten outside the timed reg
 inputs from device memory as a real call would. After the overwrite a kernel sleeps on the GPU (the lead) while
 the host queues the start event and the call, so the events bracket GPU work only: without it, a call whose host
 path outlasted the overwrite (~35 us) was timed with the host's delay in it, which spread CuPy's 8192x128x8192
-matmul over 0.34-0.50 ms (benchmarks/NOTES.md item 20). In the CUDA simulator the same loop runs on the host
+matmul over 0.34-0.50 ms . In the CUDA simulator the same loop runs on the host
 clock and the result is flagged ``meaningful=False``.
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Callable
 
-from .device import current_device, simulator_active
+from .device import current_device
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def quantile(values: list[float], q: float) -> float:
 class L2Flusher:
     """Overwrites a buffer twice the device's L2 size, so what the next run reads comes from device memory, then
     queues the lead: a one-thread kernel that sleeps ``lead_us`` on the GPU while the host queues the timed call
-    (``lead_us=0``: no lead, the method before benchmarks/NOTES.md item 20)."""
+    (``lead_us=0``: no lead)."""
 
     def __init__(self, lead_us: float = 200.0):
         from numba import cuda
@@ -99,9 +99,10 @@ def _naps_for(sleep, lead_us: float) -> int:
 
 
 def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, warmup_ms: float = 25.0,
-          rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 500) -> Timing:
-    """Median time of ``fn()`` in milliseconds, each run timed alone between two CUDA events."""
-    if simulator_active():
+          rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 500, simulator: bool = False) -> Timing:
+    """Median time of ``fn()`` in milliseconds, each run timed alone between two CUDA events (in the simulator:
+    one run on the host clock, flagged not meaningful)."""
+    if simulator:
         return _host_bench(fn, reps=1)
     from numba import cuda
 

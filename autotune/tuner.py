@@ -21,18 +21,18 @@ import sys
 import threading
 import time
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import optuna
 from optuna.trial import TrialState
 
-from .build import FAMILIES
-from .constraints import threads as block_threads
+from . import backend
 from .device import DeviceInfo
-from .evaluate import compile_variant, job
+from .evaluate import compile_variant
 from .problem import Problem
+from .records import Outcome, job_for
 from .space import SearchSpace, load_space
 from .timing import Timing
 from .worker import Worker, compile_pool
@@ -41,10 +41,6 @@ SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_REGISTERS_PER_BLOCK = 65536
 UNDECIDED_WAIT_S = 30.0  # a process killed between ask and writing its configuration holds others this long
-BASELINES = {
-    "matmul": {"strategy": "shared16"},
-    "reduce": {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"},
-}
 
 
 @dataclass
@@ -294,8 +290,7 @@ class Tuner:
             config = self.space.validate(start, dtype=problem.dtype, family=problem.family)
         except ValueError:
             return []
-        fit = getattr(FAMILIES[problem.kind], "problem_starts", None)
-        fitted = fit(config, problem.shape, self.device.sm_count, self.space) if fit else []
+        fitted = problem.impl.problem_starts(config, problem, self.device, self.space)
         return [c for c in fitted if not self._prune_reason(c)] + [config]
 
     def _enqueue_next_grid_point(self) -> None:
@@ -319,7 +314,8 @@ class Tuner:
         measured_before, _, _ = self._counts()
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
         compiled: queue.Queue = queue.Queue(maxsize=cfg.compile_workers + len(cfg.devices))
-        workers = [Worker(device=d, timeout_s=cfg.job_timeout_s) for d in cfg.devices]
+        simulator = backend.simulator()
+        workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
         baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
         pool = compile_pool(cfg.compile_workers)
         threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
@@ -367,7 +363,7 @@ class Tuner:
             trial, config = asked
             with self._lock:
                 self._in_flight += 1
-            the_job = job(self.problem, config, self.config.space_path)
+            the_job = job_for(self.problem, config, self.config.space_path)
             compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
 
     def _requeue_waiting(self, compiled: queue.Queue) -> None:
@@ -392,70 +388,74 @@ class Tuner:
                 return
             trial, config, the_job, future = item
             try:
-                outcome = {**self._evaluate(worker, the_job, future), "gpu": worker.device}
+                outcome = self._evaluate(worker, the_job, future)
             except Exception as exc:  # a bug of ours must not leave the trial running or the count wrong
-                outcome = {"ok": False, "stage": "run", "reason": f"tuner error: {type(exc).__name__}: {exc}"}
+                outcome = Outcome(ok=False, stage="run", reason=f"tuner error: {type(exc).__name__}: {exc}")
             with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
                 try:
-                    self._tell(trial, outcome)
+                    self._tell(trial, replace(outcome, gpu=worker.device))
                 finally:
                     self._in_flight -= 1
 
-    def _evaluate(self, worker: Worker, the_job: dict, future) -> dict[str, Any]:
+    def _evaluate(self, worker: Worker, the_job, future) -> Outcome:
         try:
             built = future.result(timeout=self.config.compile_timeout_s)
         except cf.TimeoutError:
-            return {"ok": False, "stage": "compile",
-                    "reason": f"compile took longer than {self.config.compile_timeout_s:.0f} s"}
+            return Outcome(ok=False, stage="compile",
+                           reason=f"compile took longer than {self.config.compile_timeout_s:.0f} s")
         except Exception as exc:  # the compile process itself died
-            return {"ok": False, "stage": "compile", "reason": f"compile process failed: {exc}"}
-        if not built["ok"]:
-            return {**built, "stage": "compile"}
-        resources = built.get("resources")
+            return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
+        if not built.ok:
+            return Outcome(ok=False, stage=built.stage, reason=built.reason)
+        resources = built.resources
         if resources:
-            threads = block_threads(the_job["params"])
+            threads = self.problem.impl.threads(the_job.params)
             if resources["registers"] * threads > MAX_REGISTERS_PER_BLOCK:
-                return {"ok": False, "stage": "pruned", "resources": resources,
-                        "reason": f"{resources['registers']} registers x {threads} threads exceed the "
-                                  f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor"}
-        measured = worker.run(the_job)
-        stage = "measured" if measured["ok"] else ("verify" if "wrong result" in measured["reason"] else "run")
-        return {**measured, "stage": stage, "resources": resources, "compile_s": built.get("compile_s")}
+                return Outcome(ok=False, stage="pruned", resources=resources,
+                               reason=f"{resources['registers']} registers x {threads} threads exceed the "
+                                      f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
+        m = worker.run(the_job)
+        return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
+                       compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
 
-    def _tell(self, trial: optuna.Trial, outcome: dict[str, Any]) -> None:
-        for key in ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits", "measure_s", "gpu"):
-            if outcome.get(key) is not None:
-                trial.set_user_attr(key, outcome[key])
-        if outcome["ok"]:
-            self.study.tell(trial, outcome["timing"]["median_ms"])
-        elif outcome["stage"] == "pruned":
+    def _tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
+        for key, value in outcome.attrs().items():
+            trial.set_user_attr(key, value)
+        if outcome.ok:
+            self.study.tell(trial, outcome.timing["median_ms"])
+        elif outcome.stage == "pruned":
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
         self._progress(trial.number, outcome)
 
-    def _progress(self, number: int, outcome: dict[str, Any]) -> None:
+    def _progress(self, number: int, outcome: Outcome) -> None:
         measured, failed, _ = self._counts()
         best = self.best_trial()
         best_text = f"best {best.user_attrs['timing']['median_ms']:.4g} ms (#{best.number})" if best else "best -"
         bar = _bar(measured + failed, self.config.trials)
-        if outcome["ok"]:
-            what = f"{outcome['timing']['median_ms']:.4g} ms {outcome['rate']:.4g} {self.problem.unit}"
+        if outcome.ok:
+            what = f"{outcome.timing['median_ms']:.4g} ms {outcome.rate:.4g} {self.problem.unit}"
         else:
-            what = f"{outcome['stage']}: {outcome['reason'][:100]}"
+            what = f"{outcome.stage}: {outcome.reason[:100]}"
         self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
 
     def _measure_baseline(self, worker: Worker) -> dict[str, Any] | None:
         params = self._baseline_params()
-        outcome = worker.run(job(self.problem, params, None))
-        if not outcome["ok"]:
-            self.report(f"baseline {params} failed: {outcome['reason']}")
+        if params is None:
             return None
-        return {"params": params, **outcome["timing"], "rate": outcome["rate"]}
+        m = worker.run(job_for(self.problem, params, None))
+        if not m.ok:
+            self.report(f"baseline {params} failed: {m.reason}")
+            return None
+        return {"params": params, **m.timing, "rate": m.rate}
 
-    def _baseline_params(self) -> dict[str, Any]:
-        """The seed kernel's configuration (parameters the family does not use are left out)."""
-        return load_space(self.problem.kind).restrict(BASELINES[self.problem.kind], dtype=self.problem.dtype,
+    def _baseline_params(self) -> dict[str, Any] | None:
+        """The seed kernel's configuration (parameters the family does not use are left out); None where the
+        family has none."""
+        if not self.problem.impl.baseline:
+            return None
+        return load_space(self.problem.kind).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype,
                                                       family=self.problem.family)
 
     # -- the outcome ---------------------------------------------------------------------------------
@@ -483,7 +483,7 @@ class Tuner:
             resources=best.user_attrs.get("resources") if best else None,
             baseline=baseline, measured=measured, failed=failed, pruned=pruned,
             per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
-            meaningful=self.device.name != "CUDA simulator", failures=failures,
+            meaningful=not backend.simulator(), failures=failures,
             incumbent_measured=self._incumbent_measured())
 
     def _incumbent_measured(self) -> bool:

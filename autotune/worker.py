@@ -12,7 +12,8 @@ import multiprocessing as mp
 import os
 import threading
 import time
-from typing import Any
+
+from .records import Job, Measurement
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
@@ -35,8 +36,10 @@ def compile_pool(workers: int) -> cf.ProcessPoolExecutor:
                                   initializer=exit_with_parent, initargs=(os.getpid(),))
 
 
-def _serve(conn, device: int | None) -> None:
-    if device is not None and not os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+def _serve(conn, device: int | None, simulator: bool) -> None:
+    if simulator:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before Numba loads in this fresh process
+    elif device is not None:
         from numba import cuda
 
         cuda.select_device(device)
@@ -53,8 +56,9 @@ def _serve(conn, device: int | None) -> None:
 class Worker:
     """Runs ``measure_variant`` jobs in a child process on one GPU, with a timeout per job."""
 
-    def __init__(self, device: int | None = None, timeout_s: float = 120.0):
+    def __init__(self, device: int | None = None, timeout_s: float = 120.0, simulator: bool = False):
         self.device = device
+        self.simulator = simulator
         self.timeout_s = timeout_s
         self.restarts = 0
         self._process = None
@@ -69,27 +73,28 @@ class Worker:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")  # CUDA cannot survive a fork
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, self.device), daemon=True,
+        self._process = ctx.Process(target=_serve, args=(child, self.device, self.simulator), daemon=True,
                                     name=f"autotune-gpu{self.device}")
         self._process.start()
         child.close()
 
-    def run(self, job: dict[str, Any]) -> dict[str, Any]:
-        """The job's result, or {"ok": False, "reason": ...} if the worker timed out or died on it."""
+    def run(self, job: Job) -> Measurement:
+        """The job's measurement, or a failed one if the worker timed out or died on it."""
         if self._process is None or not self._process.is_alive():
             self._start()
         self._conn.send(job)
         if not self._conn.poll(self.timeout_s):
             self._kill()
-            return {"ok": False, "reason": f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted"}
+            return Measurement(ok=False, stage="timeout",
+                               reason=f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted")
         try:
             return self._conn.recv()
         except (EOFError, ConnectionError):
             self._process.join(5)
             code = self._process.exitcode
             self._kill()
-            return {"ok": False, "reason": f"worker process died (exit code {code}: crash or illegal memory "
-                                           f"access); worker restarted"}
+            return Measurement(ok=False, stage="run", reason=f"worker process died (exit code {code}: crash or "
+                                                             f"illegal memory access); worker restarted")
 
     def _kill(self) -> None:
         self.restarts += 1

@@ -4,7 +4,7 @@ import pytest
 from numba import cuda
 
 from autotune import build_kernel
-from autotune.matmul import dynamic_shared_bytes
+from autotune.families.matmul import dynamic_shared_bytes
 from autotune.space import load_space
 from checks import assert_matmul_close, poisoned, random_matrix, small_integers
 

@@ -4,7 +4,7 @@ import pytest
 from numba import cuda
 
 from autotune import build_kernel
-from autotune.reduce import reference
+from autotune.families.reduce import reference
 from autotune.space import load_space
 from checks import assert_reduction_close, poisoned, small_integers
 

@@ -38,7 +38,7 @@ def test_failures_are_recorded_and_the_study_completes(tmp_path, monkeypatch):
                if t.state == TrialState.FAIL}
     assert reasons[64][0] == "compile" and "SyntaxError" in reasons[64][1]
     assert reasons[128][0] == "run" and "worker process died (exit code 3" in reasons[128][1]
-    assert reasons[256][0] == "run" and "timed out after 20 s" in reasons[256][1]
+    assert reasons[256][0] == "timeout" and "timed out after 20 s" in reasons[256][1]
     assert reasons[512][0] == "verify" and "differ from the float64 reference" in reasons[512][1]
 
 

@@ -1,0 +1,1 @@
+"""The built-in kernel families, each an implementation of ``autotune.family.KernelFamily``."""

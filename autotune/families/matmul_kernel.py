@@ -1,0 +1,171 @@
+"""Calling a matmul variant: argument checks, launch configuration, split-K workspaces, plans.
+
+A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
+SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
+belong to the kernel object, so calls of one kernel object run one after another (Numba's default stream).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import arrays
+from ..device import gpu_required
+from ..family import Kernel
+from ..launch import Plan, Planned, configure, zero
+from .matmul import dynamic_shared_bytes, kernel_args, matmul_threads, split_add
+
+INT32_MAX = 2**31 - 1
+
+
+def index_type(params: Mapping[str, Any]) -> str:
+    return "int32" if params.get("INDEX_BITS") == 32 else "int64"
+
+
+def signature(params: Mapping[str, Any], dtype: str) -> str:
+    arr, it = f"{dtype}[::1]", index_type(params)
+    types = {"A": arr, "B": arr, "C": arr, "W": arr, "counters": "int32[::1]", "vec_a": "boolean",
+             "vec_b": "boolean", "vec_c": "boolean"}
+    return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
+
+
+class MatmulKernel(Planned, Kernel):
+    """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts.
+
+    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
+    ``k.bind(A, B, out=C)`` returns that plan to call directly.
+    """
+
+    def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
+                 simulator: bool):
+        self.family = family
+        self.module = module
+        self.params = dict(params)
+        self.dtype = dtype
+        self.args = dict(args)
+        self.layout = args["layout"]
+        self.source = source
+        self.simulator = simulator
+        self.entry = module.matmul
+        self.arg_names = kernel_args(params)
+        self._launches: dict[tuple[int, int, int], tuple] = {}
+        self._int = np.int32 if index_type(params) == "int32" else np.int64
+        self._stand_ins = None
+
+    def __repr__(self) -> str:
+        return f"<MatmulKernel {self.dtype} layout={self.layout} {self.params}>"
+
+    @property
+    def signature(self) -> str:
+        return signature(self.params, self.dtype)
+
+    def _operand(self, x, name: str, transposed: bool):
+        d = arrays.to_device(x, name)
+        arrays.check_dtype(d, name, self.dtype, self.family.dtypes)
+        if d.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(d.shape)}")
+        if transposed:
+            if not arrays.is_f_contiguous(d):
+                raise ValueError(f"layout {self.layout!r} wants {name} as the transpose of a C-contiguous array "
+                                 f"(pass X.T); got strides {d.strides}")
+            return d, arrays.flat(d.T), d.shape[0]
+        if not arrays.is_c_contiguous(d):
+            hint = " (it is a transposed view: build with a 't' layout)" if arrays.is_f_contiguous(d) else ""
+            raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
+        return d, arrays.flat(d), d.shape[1]
+
+    def _launch_config(self, M: int, N: int, K: int):
+        key = (M, N, K)
+        if key not in self._launches:
+            p = self.params
+            if p["strategy"] == "naive":
+                grid, block, k_chunk = ((M + 15) // 16, (N + 15) // 16), (16, 16), K
+            elif p["strategy"] == "shared16":
+                grid, block, k_chunk = ((N + 15) // 16, (M + 15) // 16), (16, 16), K
+            else:
+                per_split = -(-K // p["SPLIT_K"])
+                k_chunk = -(-per_split // p["BK"]) * p["BK"]
+                blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
+            shared = dynamic_shared_bytes(p, self.dtype)
+            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator), k_chunk, self._scratch(grid))
+        return self._launches[key]
+
+    def _scratch(self, grid) -> tuple:
+        """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block, kept per shape (the
+        counters are zeroed once here; the kernel resets them); for other variants, one-element stand-ins made
+        once per kernel."""
+        from numba import cuda
+
+        p = self.params
+        if split_add(p) == "last_block":
+            tiles, slices = grid
+            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=self.dtype),
+                    cuda.to_device(np.zeros(tiles, dtype=np.int32)))
+        if self._stand_ins is None:
+            self._stand_ins = cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
+        return self._stand_ins
+
+    def __call__(self, A, B, out=None):
+        if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out))):
+            plan()
+            return out
+        C, run = self._prepare(A, B, out)
+        run()
+        if out is None and arrays.is_host(A) and arrays.is_host(B):
+            return C.copy_to_host()
+        return out if out is not None else C
+
+    def bind(self, A, B, out=None) -> Plan:
+        """The call ``k(A, B, out=out)`` checked once; calling the plan launches it again and returns C."""
+        return self._plan(self._prepare(A, B, out))
+
+    def _prepare(self, A, B, out):
+        with gpu_required():
+            return self._prepare_checked(A, B, out)
+
+    def _prepare_checked(self, A, B, out):
+        dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
+        dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
+        (M, K), (K2, N) = dA.shape, dB.shape
+        if K != K2:
+            raise ValueError(f"shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align for A @ B (K {K} != {K2})")
+        if min(M, N, K) == 0:
+            raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
+        C = self._output(out, M, N)
+        target = self._scratch_for(C, dA, dB)
+        c_flat = arrays.flat(target)
+        return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb))
+
+    def _output(self, out, M: int, N: int):
+        from numba import cuda
+
+        if out is None:
+            return cuda.device_array((M, N), dtype=self.dtype)
+        if arrays.is_host(out):
+            raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+        C = arrays.to_device(out, "out")
+        arrays.check_dtype(C, "out", self.dtype, self.family.dtypes)
+        if tuple(C.shape) != (M, N) or not arrays.is_c_contiguous(C):
+            raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
+        return C
+
+    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path)."""
+        p = self.params
+        if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
+            raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
+                             "use INDEX_BITS=64")
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K)
+        vec = p.get("VEC", 1)
+        vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
+                               for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
+        if split_add(p) in ("atomic", "vector"):  # the slices add into C
+            self._enqueue(*zero(self.module, c_flat, self.simulator))
+        i = self._int
+        values = {"A": a_flat, "B": b_flat, "C": c_flat, "W": partials, "counters": counters, "M": i(M), "N": i(N),
+                  "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,
+                  "vec_b": vec_b, "vec_c": vec_c}
+        self._enqueue(configured, *(values[name] for name in self.arg_names))
+

@@ -1,0 +1,224 @@
+"""The reduction family: sum, max, min and dot (sum of a*b) over a whole array or a 2-D array's axis.
+
+``axis=None`` treats any C-contiguous array as flat; ``axis=1`` reduces along rows (one result per row),
+``axis=0`` down columns (one result per column). max and min follow NumPy: a NaN anywhere in what is reduced
+makes the result NaN (``np.nanmax`` would skip it).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ..family import Case, FamilyArg, KernelFamily
+from ..oracle import compare_exact, unwritten
+from ..resources import resource_dir, templates_dir
+
+OPS = ("sum", "max", "min", "dot")
+ORDERED = ("max", "min")
+_IDENTITY = {"sum": "0", "dot": "0", "max": "-math.inf", "min": "math.inf"}
+
+
+class ReduceFamily(KernelFamily):
+    name = "reduce"
+    args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, or dot (sum of a*b)"),
+            FamilyArg("axis", (None, 0, 1), None, "all (the whole array, flat), or the axis of a 2-D array",
+                      none_means="all"))
+    unit = "GB/s"
+    baseline = {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"}
+    suite = ("1024", "65536", "1048576", "16777216", "268435456")
+    dry_run_shapes = ("4099",)
+    reference_peers = ("cupy.sum", "cupy.max", "cupy.min", "cupy.dot", "cupy (a*b).sum")
+
+    def __init__(self):
+        self.space_file = resource_dir("search_spaces") / "reduce.yaml"
+        self.template_dir = templates_dir()
+
+    def check_shape(self, shape, args) -> None:
+        if args["axis"] is not None and len(shape) != 2:
+            raise ValueError(f"reduce along axis {args['axis']} needs a 2-D shape, got {'x'.join(map(str, shape))}")
+
+    def key_tag(self, args) -> str:
+        axis = args["axis"]
+        return f"{args['op']}/{'all' if axis is None else f'axis{axis}'}"
+
+    def work(self, problem) -> float:
+        inputs = 2 if problem.family["op"] == "dot" else 1
+        return float(inputs * math.prod(problem.shape) * np.dtype(problem.dtype).itemsize)
+
+    def out_shape(self, problem) -> tuple[int, ...]:
+        axis = problem.family["axis"]
+        return (1,) if axis is None else (problem.shape[1 - axis],)
+
+    def templates(self) -> list[str]:
+        return ["_common.j2", "reduce.py.j2"]
+
+    def template(self, params) -> str:
+        return "reduce.py.j2"
+
+    def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
+        return {**params, **args, "dtype": dtype, "SIM": simulator, "identity": _IDENTITY[args["op"]],
+                "ARGS": kernel_args(params, args),
+                "description": f"reduce {args['op']} axis={args['axis']} {dtype} {dict(params)}"}
+
+    def make_kernel(self, module, params, dtype, args, source, simulator):
+        from .reduce_kernel import ReduceKernel
+
+        return ReduceKernel(self, module, params, dtype, args, source, simulator)
+
+    def threads(self, params) -> int:
+        return params["BLOCK"]
+
+    def shared_bytes(self, params, itemsize: int) -> int:
+        return (2 * params["BLOCK"] + 1) * itemsize
+
+    # -- data and oracle ----------------------------------------------------------------------------
+    def inputs(self, problem, rng, purpose):
+        """x (and y for dot). Check data of sums are integers in [-8, 8], never all zero: partial sums are random
+        walks far below 2**24 even for 2**28 elements, so a sum in float32 is exact or wrong. max and min get
+        standard-normal data: distinct values, and max/min round nothing (``verification`` adds copies with
+        infinities and NaNs). Timing data are standard normal."""
+        count = 2 if problem.family["op"] == "dot" else 1
+        arrays = []
+        for _ in range(count):
+            if purpose == "check" and problem.family["op"] not in ORDERED:
+                x = rng.integers(-8, 9, size=problem.shape, dtype=np.int8).astype(problem.dtype)
+                x.flat[0] = 1
+            else:
+                x = rng.standard_normal(problem.shape, dtype=np.float32).astype(problem.dtype)
+            arrays.append(x)
+        return arrays
+
+    def verification(self, problem, inputs, rng) -> list[Case]:
+        """The check data, and for max and min the same data with +inf and -inf planted, then with NaNs planted:
+        over the whole array at random elements (NaN also, apart, at the last); along an axis in about half of the
+        results' lines, so that the other lines still check the values."""
+        op, axis = problem.family["op"], problem.family["axis"]
+        cases = [Case(tuple(inputs), _reference(op, inputs, axis))]
+        if op not in ORDERED:
+            return cases
+        x = inputs[0]
+        for what, values in (("infinities", (np.inf, -np.inf)), ("NaN", (np.nan,))):
+            for planted in _planted(x, axis, values, rng, also_last=what == "NaN"):
+                cases.append(Case((planted,), _reference(op, [planted], axis), f"elements (data with {what})"))
+        return cases
+
+    def verify(self, problem, case, got, rng) -> str | None:
+        return unwritten(got, case.expected) or compare_exact(got, case.expected, case.what)
+
+    # -- search -------------------------------------------------------------------------------------
+    def seeds(self):
+        return [("seed tree+2nd pass", dict(self.baseline))]
+
+    def default_params(self, problem) -> dict[str, Any]:
+        return {"VEC": 2} if problem.dtype == "float64" else {}
+
+    # -- optional -----------------------------------------------------------------------------------
+    def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
+        op, axis = problem.family["op"], problem.family["axis"]
+        found: dict[str, Any] = {}
+        try:
+            import cupy
+
+            found.update(_cupy_calls(cupy, op, axis, [cupy.asarray(a) for a in inputs]))
+        except ImportError:
+            pass
+        try:
+            import torch
+
+            found.update(_torch_calls(torch, op, axis, [torch.as_tensor(a, device="cuda") for a in inputs]))
+        except ImportError:
+            pass
+        if axis is None and op != "dot":
+            from numba import cuda
+
+            fn = {"sum": lambda a, b: a + b, "max": lambda a, b: max(a, b), "min": lambda a, b: min(a, b)}[op]
+            reducer = cuda.reduce(fn)
+            flat = inputs[0].reshape(inputs[0].size)
+            found["numba cuda.reduce"] = lambda: reducer(flat)
+        return found
+
+    def selftest_cases(self, small: bool):
+        one_d = [(n,) for n in (1, 31, 32, 33, 1023, 1025, 4_000_037)]
+        two_d = [(1, 1), (3, 1025), (33, 31), (130, 7), (1031, 2053)]
+        return [(dtype, {"op": op, "axis": axis}, shapes)
+                for dtype in self.dtypes[:1 if small else None] for op in OPS
+                for axis, shapes in ((None, one_d[:5] if small else one_d), (0, two_d[:3] if small else two_d),
+                                     (1, two_d[:3] if small else two_d))]
+
+    def bench_name(self, problem) -> str:
+        axis = problem.family["axis"]
+        return f"reduce-{problem.family['op']}" + ("" if axis is None else f"-axis{axis}") + \
+            ("" if problem.dtype == "float32" else f"-{problem.dtype}")
+
+
+def kernel_args(params, args) -> tuple[str, ...]:
+    """The arguments a variant's main kernel takes: only those it uses (y for dot; the partials and the
+    counter as its COMBINE needs them; vec_ok where loads are vectors)."""
+    names = ["X"] + (["Y"] if args["op"] == "dot" else [])
+    if args["axis"] is None:
+        combine = params["COMBINE"]
+        names += ["n"] + (["partial"] if combine != "atomic" else []) + (["counter"] if combine == "last_block" else [])
+        names += ["out"] if combine != "two_pass" else []
+    else:
+        names += ["M", "N", "out"] + (["rows_per_split"] if args["axis"] == 0 else [])
+    return tuple(names + (["vec_ok"] if params["VEC"] > 1 else []))
+
+
+def _cupy_calls(cupy, op, axis, xs):
+    if op == "dot":
+        if axis is None:
+            a, b = xs[0].ravel(), xs[1].ravel()
+            return {"cupy.dot": lambda: cupy.dot(a, b), "cupy (a*b).sum": lambda: (xs[0] * xs[1]).sum()}
+        return {"cupy (a*b).sum": lambda: (xs[0] * xs[1]).sum(axis=axis)}
+    fn = getattr(cupy, op)
+    return {f"cupy.{op}": lambda: fn(xs[0], axis=axis)}
+
+
+def _torch_calls(torch, op, axis, ts):
+    if op == "dot":
+        if axis is None:
+            a, b = ts[0].ravel(), ts[1].ravel()
+            return {"torch.dot": lambda: torch.dot(a, b)}
+        return {"torch (a*b).sum": lambda: (ts[0] * ts[1]).sum(dim=axis)}
+    if axis is None:
+        fn = {"sum": torch.sum, "max": torch.max, "min": torch.min}[op]
+        return {f"torch.{op}": lambda: fn(ts[0])}
+    fn = {"sum": lambda t: t.sum(dim=axis), "max": lambda t: t.amax(dim=axis), "min": lambda t: t.amin(dim=axis)}[op]
+    return {f"torch.{op}": lambda: fn(ts[0])}
+
+
+def _planted(x: np.ndarray, axis, values, rng, also_last: bool) -> list[np.ndarray]:
+    """Copies of ``x`` with ``values`` planted (see ReduceFamily.verification)."""
+    if x.size == 0:
+        return []
+    if axis is None:
+        copies = [x.copy()]
+        count = min(x.size, len(values))
+        copies[0].flat[rng.choice(x.size, count, replace=False)] = values[:count]
+        if also_last:
+            copies.append(x.copy())
+            copies[1].flat[-1] = values[0]
+        return copies
+    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))  # the lines reduced are its rows
+    lines = moved.reshape(-1, moved.shape[-1])
+    for value in values:
+        rows = rng.random(lines.shape[0]) < 0.5
+        lines[rows, rng.integers(lines.shape[1], size=int(rows.sum()))] = value
+    return [np.ascontiguousarray(np.moveaxis(moved, -1, axis))]
+
+
+def _reference(op: str, inputs, axis) -> np.ndarray:
+    return np.atleast_1d(reference(op, inputs[0], inputs[1] if len(inputs) > 1 else None, axis))
+
+
+def reference(op: str, x: np.ndarray, y: np.ndarray | None = None, axis: int | None = None) -> np.ndarray:
+    """float64 NumPy result of the reduction."""
+    x64 = x.astype(np.float64)
+    if op == "dot":
+        return (x64 * y.astype(np.float64)).sum(axis=axis)
+    return {"sum": np.sum, "max": np.max, "min": np.min}[op](x64, axis=axis)
+
+
+family = ReduceFamily()

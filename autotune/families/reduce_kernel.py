@@ -1,0 +1,201 @@
+"""Calling a reduction variant: argument checks, launch configuration, the last-block counter, plans.
+
+A flat reduction of device input returns a 1-element device array, so no host synchronisation happens unless
+the input was a NumPy array.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from .. import arrays
+from ..device import current_device, gpu_required
+from ..family import Kernel
+from ..launch import Plan, Planned, configure, fill
+from .reduce import kernel_args
+
+
+ARG_TYPES = {"X": "{a}", "Y": "{a}", "out": "{a}", "partial": "{a}", "counter": "int32[::1]", "n": "int64",
+             "M": "int64", "N": "int64", "rows_per_split": "int64", "vec_ok": "boolean"}
+
+
+def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any]) -> str:
+    arr = f"{dtype}[::1]"
+    return f"void({', '.join(ARG_TYPES[n].format(a=arr) for n in kernel_args(params, args))})"
+
+
+def entry_name(family: Mapping[str, Any]) -> str:
+    return {None: "reduce_all", 1: "reduce_rows", 0: "reduce_cols"}[family["axis"]]
+
+
+class ReduceKernel(Planned, Kernel):
+    """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot.
+
+    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
+    ``k.bind(x, out=r)`` returns that plan to call directly.
+    """
+
+    def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
+                 simulator: bool):
+        self.family = family
+        self.module = module
+        self.params = dict(params)
+        self.dtype = dtype
+        self.args = dict(args)
+        self.op = args["op"]
+        self.axis = args["axis"]
+        self.source = source
+        self.simulator = simulator
+        self.entry = getattr(module, entry_name(args))
+        self.arg_names = kernel_args(params, args)
+        self._launches: dict[tuple, tuple] = {}
+        self._counter = None
+
+    def __repr__(self) -> str:
+        return f"<ReduceKernel {self.op} axis={self.axis} {self.dtype} {self.params}>"
+
+    @property
+    def signature(self) -> str:
+        return signature(self.params, self.dtype, self.args)
+
+    # -- user entry point ------------------------------------------------------------------------
+    def __call__(self, x, y=None, *, axis: Any = "as built", out=None):
+        if axis != "as built" and axis != self.axis:
+            raise ValueError(f"this kernel was built for axis={self.axis}; build another with axis={axis!r}")
+        if out is not None and (plan := self._plan_for((x, y), out, lambda: self.bind(x, y, out=out))):
+            plan()
+            return out
+        result, run = self._prepare(x, y, out)
+        run()
+        host = arrays.is_host(x) and (y is None or arrays.is_host(y)) and out is None
+        if host:
+            value = result.copy_to_host()
+            return value[0] if self.axis is None else value
+        return out if out is not None else result
+
+    def bind(self, x, y=None, *, out=None) -> Plan:
+        """The call ``k(x[, y], out=out)`` checked once; calling the plan launches it again and returns the output."""
+        return self._plan(self._prepare(x, y, out))
+
+    def _prepare(self, x, y, out):
+        with gpu_required():
+            return self._prepare_checked(x, y, out)
+
+    def _prepare_checked(self, x, y, out):
+        if (y is None) != (self.op != "dot"):
+            raise TypeError("dot takes two arrays: k(a, b)" if self.op == "dot" else f"{self.op} takes one array")
+        dx = self._input(x, "x")
+        dy = self._input(y, "y") if y is not None else dx
+        if tuple(dy.shape) != tuple(dx.shape):
+            raise ValueError(f"dot operands differ in shape: {tuple(dx.shape)} and {tuple(dy.shape)}")
+        if self.axis is not None and dx.ndim != 2:
+            raise ValueError(f"axis={self.axis} needs a 2-D array, got shape {tuple(dx.shape)}")
+        result = self._output(out, dx)
+        if dx.size == 0:
+            return result, self._empty(result, dx)
+        target = self._scratch_for(result, dx, dy)
+        x_flat, y_flat = arrays.flat(dx), arrays.flat(dy)
+        return result, lambda: self._into(result, target, lambda: self.launch(x_flat, y_flat, target, tuple(dx.shape)))
+
+    def _input(self, x, name: str):
+        d = arrays.to_device(x, name)
+        arrays.check_dtype(d, name, self.dtype, self.family.dtypes)
+        if not arrays.is_c_contiguous(d):
+            raise ValueError(f"{name} must be C-contiguous (copy it first: np.ascontiguousarray, cupy.ascontiguousarray, tensor.contiguous())")
+        return d
+
+    def _output(self, out, dx):
+        from numba import cuda
+
+        shape = (1,) if self.axis is None else (dx.shape[1 - self.axis],)
+        if out is None:
+            return cuda.device_array(shape, dtype=self.dtype)
+        if arrays.is_host(out):
+            raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+        d = arrays.to_device(out, "out")
+        arrays.check_dtype(d, "out", self.dtype, self.family.dtypes)
+        if tuple(d.shape) != shape or not arrays.is_c_contiguous(d):
+            raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {tuple(d.shape)}")
+        return d
+
+    def _empty(self, result, dx):
+        """The call on an empty input, as NumPy has it: max and min of nothing raise (where the reduced extent is
+        0), a sum of nothing is 0, and an empty result needs no launch."""
+        reduced = dx.size if self.axis is None else dx.shape[self.axis]
+        if reduced == 0 and self.op in ("max", "min"):
+            raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
+        return lambda: self._enqueue(*fill(self.module, result, 0, self.simulator)) if result.size else None
+
+    # -- launching -------------------------------------------------------------------------------
+    def launch(self, x_flat, y_flat, out, shape: tuple[int, ...]) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path)."""
+        p = self.params
+        vec_ok = arrays.aligned(x_flat, p["VEC"]) and arrays.aligned(y_flat, p["VEC"])
+        if self.axis is None:
+            self._launch_all(x_flat, y_flat, out, x_flat.size, vec_ok)
+            return
+        M, N = shape
+        vec_ok = vec_ok and N % p["VEC"] == 0
+        configured, extra = self._config(shape)
+        if self.axis == 1:
+            self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, vec_ok=vec_ok))
+        else:
+            if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
+                self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator))
+            self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, rows_per_split=extra[0],
+                                                  vec_ok=vec_ok))
+
+    def _args(self, **values) -> list:
+        """The values of the arguments the variant's kernel takes, in its order."""
+        return [values[name] for name in self.arg_names]
+
+    def _launch_all(self, x_flat, y_flat, out, n: int, vec_ok: bool) -> None:
+        configured, (partial, blocks) = self._config((n,))
+        combine = self.params["COMBINE"]
+        if combine == "atomic":
+            self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator))
+        counter = self._counter_array() if combine == "last_block" else None
+        self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
+                                              vec_ok=vec_ok))
+        if combine == "two_pass":
+            self._enqueue(configure(self.module.finish, 1, self.params["BLOCK"], 0, self.simulator), partial, blocks, out)
+
+    def _counter_array(self):
+        from numba import cuda
+
+        if self._counter is None:
+            self._counter = cuda.to_device(np.zeros(1, dtype=np.int32))
+        return self._counter
+
+    def _config(self, shape: tuple[int, ...]):
+        if shape not in self._launches:
+            self._launches[shape] = self._make_config(shape)
+        return self._launches[shape]
+
+    def _make_config(self, shape: tuple[int, ...]):
+        from numba import cuda
+
+        p = self.params
+        sms = current_device().sm_count
+        if self.axis is None:
+            (n,) = shape
+            chunk = p["BLOCK"] * p["ITEMS"] * p["VEC"]
+            blocks = max(1, min(-(-n // chunk), p["WAVES"] * sms))
+            partial = cuda.device_array(blocks, dtype=self.dtype)
+            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator), (partial, blocks)
+        M, N = shape
+        if self.axis == 1:
+            rows_per_block = p["BLOCK"] // 32 if p["ROW_MODE"] == "warp" else 1
+            blocks = max(1, min(-(-M // rows_per_block), p["WAVES"] * sms))
+            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator), None
+        splits = max(1, min(p["ROW_SPLIT"], M))
+        rows_per_split = -(-M // splits)
+        splits = -(-M // rows_per_split)
+        grid = (max(1, -(-N // (p["BX"] * p["VEC"]))), splits)
+        return configure(self.entry, grid, p["BLOCK"], 0, self.simulator), (rows_per_split, splits)
+
+
+def _host_identity(op: str) -> float:
+    return {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf}[op]
+

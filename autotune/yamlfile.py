@@ -1,0 +1,134 @@
+"""Reading the YAML files users give us (databases, search spaces), safely and in bounded time and memory.
+
+``yaml.safe_load`` constructs no objects, but a 1 KB file of nested aliases (``&a [*b, *b, ...]`` nine deep)
+stands for billions of nodes: anything that walks or prints the value then runs for minutes and dies of memory.
+So a file is read here in steps, each bounded: its size, its text (UTF-8), its node graph (composed once, then
+measured as it would be expanded, without expanding it: every alias counts as many nodes as it stands for), its
+depth, then the value. A key given twice in one mapping, which PyYAML would silently resolve to the last, is an
+error. Every refusal is a ``YamlFileError`` that names the file and, where it can, the line.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+MAX_BYTES = 4 << 20
+MAX_NODES = 200_000
+MAX_DEPTH = 64
+
+
+class YamlFileError(ValueError):
+    """A YAML file was refused; the message names the file, and the line where one is known."""
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping key given twice."""
+
+
+def _construct_mapping(loader: _StrictLoader, node: MappingNode, deep: bool = False):
+    seen: dict[Any, int] = {}
+    for key_node, _ in node.value:
+        if key_node.tag == "tag:yaml.org,2002:merge":
+            continue
+        key = loader.construct_object(key_node, deep=True)
+        try:
+            first = seen.setdefault(key, key_node.start_mark.line + 1)
+        except TypeError:  # an unhashable key: the constructor below reports it
+            continue
+        if first != key_node.start_mark.line + 1:
+            raise YamlFileError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "
+                                f"(first on line {first})")
+    return SafeConstructor.construct_mapping(loader, node, deep=deep)
+
+
+_StrictLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def read_yaml(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES,
+              max_depth: int = MAX_DEPTH) -> Any:
+    """The value of the YAML file at ``path``; YamlFileError naming the file when it is refused."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise YamlFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise YamlFileError(f"{path}: larger than {max_bytes >> 20} MiB; not read")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise YamlFileError(f"{path}: line {line}: not UTF-8 text (byte {exc.start}); is this a YAML file?") from None
+    if "\x00" in text:
+        raise YamlFileError(f"{path}: holds NUL bytes; not a YAML text file")
+    try:
+        return parse_yaml(text, max_nodes=max_nodes, max_depth=max_depth)
+    except YamlFileError as exc:
+        raise YamlFileError(f"{path}: {exc}") from None
+
+
+def parse_yaml(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Any:
+    """The value of one YAML document in ``text``, bounded as ``read_yaml`` says (messages without a file)."""
+    loader = _StrictLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _measure(node, max_nodes, max_depth)
+        return loader.construct_document(node)
+    except YamlFileError:
+        raise
+    except yaml.YAMLError as exc:
+        raise YamlFileError(f"not valid YAML: {' '.join(str(exc).split())}") from None
+    except RecursionError:
+        raise YamlFileError(f"nested deeper than {max_depth} levels") from None
+    finally:
+        loader.dispose()
+
+
+def _measure(root: Node, max_nodes: int, max_depth: int) -> None:
+    """Refuse a graph that, expanded, has more than ``max_nodes`` nodes, nests deeper than ``max_depth`` or
+    refers to itself. Sizes are memoised per node, so aliases are counted with their multiplicity in time
+    proportional to the file, not to its expansion."""
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()
+
+    def size(node: Node, depth: int) -> int:
+        if depth > max_depth:
+            raise YamlFileError(f"line {node.start_mark.line + 1}: nested deeper than {max_depth} levels")
+        key = id(node)
+        if key in sizes:
+            return sizes[key]
+        if isinstance(node, ScalarNode):
+            return 1
+        if key in open_nodes:
+            raise YamlFileError(f"line {node.start_mark.line + 1}: an alias refers to the node that holds it")
+        open_nodes.add(key)
+        children = node.value if isinstance(node, SequenceNode) else [n for pair in node.value for n in pair]
+        total = 1
+        for child in children:
+            total += size(child, depth + 1)
+            if total > max_nodes:
+                raise YamlFileError(f"line {node.start_mark.line + 1}: expands to more than {max_nodes} values "
+                                    f"(through aliases *name?); refused")
+        open_nodes.discard(key)
+        sizes[key] = total
+        return total
+
+    size(root, 0)
+
+
+class _PlainDumper(yaml.SafeDumper):
+    """SafeDumper that writes repeated objects out in full instead of as anchors and aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump_yaml(doc: Any, **options: Any) -> str:
+    return yaml.dump(doc, Dumper=_PlainDumper, **options)
