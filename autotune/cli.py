@@ -72,7 +72,7 @@ def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None =
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     for name in TUNING:
         impl = family_named(name)
-        help_text = {"matmul": "tune C = A @ B", "reduce": "tune sum/max/min/dot reductions"}[name]
+        help_text = f"tune {impl.summary or name}"
         t = sub.add_parser(name, help=help_text, description=f"{help_text} on the attached GPU; the winners go to the "
                            "tuned database. Without --shape, the standard suite: " + ", ".join(impl.suite) + ".")
         _family_flags(t, impl)

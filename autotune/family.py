@@ -105,6 +105,8 @@ class KernelFamily(abc.ABC):
     """The protocol a kernel family implements; see the module docstring for the contract."""
 
     name: str
+    #: what the family computes, for help texts ("C = A @ B")
+    summary: str = ""
     args: tuple[FamilyArg, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
     unit: str = "GB/s"

@@ -170,6 +170,7 @@ PREDICATES = {
 # -- the family -------------------------------------------------------------------------------------
 class MatmulFamily(KernelFamily):
     name = "matmul"
+    summary = "C = A @ B"
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),)
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}

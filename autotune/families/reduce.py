@@ -22,6 +22,7 @@ _IDENTITY = {"sum": "0", "dot": "0", "max": "-math.inf", "min": "math.inf"}
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
+    summary = "sum/max/min/dot reductions"
     args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, or dot (sum of a*b)"),
             FamilyArg("axis", (None, 0, 1), None, "all (the whole array, flat), or the axis of a 2-D array",
                       none_means="all"))

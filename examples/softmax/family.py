@@ -27,6 +27,7 @@ HERE = Path(__file__).resolve().parent
 
 class SoftmaxFamily(KernelFamily):
     name = "softmax"
+    summary = "row-wise softmax"
     unit = "GB/s"
     space_file = HERE / "softmax.yaml"
     template_dir = HERE

@@ -1,0 +1,324 @@
+"""The kernel-family protocol: nothing outside autotune/families/ knows a family, families from outside the package
+(a file, an installed package's entry point) are tuned and looked up like the built-in ones, and a database keeps
+the entries of families it does not know."""
+import ast
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import autotune
+import autotune.registry
+from autotune import db
+from autotune.registry import BUILTIN, FamilyError, register_family
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "autotune"
+SOFTMAX = ROOT / "examples" / "softmax"
+
+
+def python_files(folder: Path):
+    return sorted(p for p in folder.rglob("*.py") if "families" not in p.relative_to(folder).parts)
+
+
+def test_no_code_outside_the_families_names_one():
+    """Outside autotune/families/ no code compares with a family's name or guesses a family from parameter names;
+    the list of built-in families (registry.BUILTIN) and the command line's two tuning commands are the exceptions."""
+    allowed_targets = {"BUILTIN", "TUNING"}
+    found = []
+    for path in python_files(PACKAGE):
+        tree = ast.parse(path.read_text())
+        allowed = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") in allowed_targets for t in node.targets):
+                allowed |= {id(n) for n in ast.walk(node.value)}
+            body = getattr(node, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                    isinstance(body[0].value, ast.Constant):
+                allowed.add(id(body[0].value))  # docstrings may give examples
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and node.value in (*BUILTIN, "BLOCK") and id(node) not in allowed:
+                found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}")
+    assert not found, found
+
+
+def module_imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    """The autotune modules a module imports when it is imported (TYPE_CHECKING blocks and function bodies excluded)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.parse(path.read_text()).body:
+        if isinstance(node, ast.If) and getattr(node.test, "id", "") == "TYPE_CHECKING":
+            continue
+        for n in [node, *(ast.walk(node) if isinstance(node, (ast.If, ast.Try)) else ())]:
+            if isinstance(n, ast.ImportFrom):
+                base = package.rsplit(".", n.level - 1)[0] if n.level > 1 else package
+                target = (f"{base}.{n.module}" if n.module else base) if n.level else (n.module or "")
+                for alias in n.names:
+                    found |= {m for m in (f"{target}.{alias.name}", target) if m in modules}
+            elif isinstance(n, ast.Import):
+                found |= {a.name for a in n.names if a.name in modules}
+    return found - {name}
+
+
+def test_the_import_graph_has_no_cycles():
+    paths = {".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in PACKAGE.rglob("*.py")}
+    graph = {name: module_imports(path, name, set(paths)) for name, path in paths.items()}
+    state, stack, cycles = {}, [], []
+
+    def visit(module):
+        state[module] = "open"
+        stack.append(module)
+        for dep in sorted(graph[module]):
+            if state.get(dep) == "open":
+                cycles.append(" -> ".join(stack[stack.index(dep):] + [dep]))
+            elif dep not in state:
+                visit(dep)
+        stack.pop()
+        state[module] = "done"
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+    assert not cycles, cycles
+
+
+def test_the_example_family_uses_only_the_public_api():
+    """examples/softmax imports from autotune only what autotune.__all__ exports."""
+    tree = ast.parse((SOFTMAX / "family.py").read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune"):
+            assert node.module == "autotune", f"line {node.lineno}: imports from {node.module}"
+            assert {a.name for a in node.names} <= set(autotune.__all__), f"line {node.lineno}"
+        if isinstance(node, ast.Import):
+            assert not any(a.name.startswith("autotune.") for a in node.names), f"line {node.lineno}"
+
+
+def test_registering_families_and_clear_errors(tmp_path):
+    fam = register_family(str(SOFTMAX))
+    assert fam.name == "softmax" and register_family(str(SOFTMAX)) is fam
+    assert register_family(str(SOFTMAX / "family.py")) is fam  # the same family, however it is named
+    with pytest.raises(FamilyError, match="no such family file"):
+        register_family(str(tmp_path / "missing.py"))
+    (tmp_path / "empty.py").write_text("x = 1\n")
+    with pytest.raises(FamilyError, match="defines no kernel family"):
+        register_family(str(tmp_path / "empty.py"))
+    (tmp_path / "broken.py").write_text("import nonexistent_module_xyz\n")
+    with pytest.raises(FamilyError, match="importing the family failed: ModuleNotFoundError"):
+        register_family(str(tmp_path / "broken.py"))
+    with pytest.raises(ValueError, match="unknown kernel kind 'conv'"):
+        autotune.build_kernel("conv", {})
+
+
+TINY_FAMILY = '''
+"""A third-party-style family: y = 2 x of a 1-D array."""
+from pathlib import Path
+
+import numpy as np
+
+from autotune import Case, Kernel, KernelFamily, compare_exact, unwritten
+
+HERE = Path(__file__).resolve().parent
+
+
+class ScaleKernel(Kernel):
+    def __init__(self, family, module, params, dtype, args, source):
+        self.family, self.module, self.params, self.dtype, self.args, self.source = family, module, params, dtype, args, source
+        self.entry = module.scale
+        self.signature = f"void({dtype}[::1], {dtype}[::1], int64)"
+
+    def __call__(self, x, out=None):
+        from numba import cuda
+
+        d = cuda.to_device(x) if isinstance(x, np.ndarray) else x
+        y = cuda.device_array(d.shape, self.dtype) if out is None else out
+        self.entry[-(-d.size // self.params["BLOCK"]), self.params["BLOCK"]](d, y, d.size)
+        return y.copy_to_host() if isinstance(x, np.ndarray) and out is None else y
+
+
+class Family(KernelFamily):
+    name = "scale"
+    space_file = HERE / "scale.yaml"
+    template_dir = HERE
+
+    def work(self, problem):
+        return 8.0 * problem.shape[0]
+
+    def out_shape(self, problem):
+        return problem.shape
+
+    def template_context(self, params, dtype, args, simulator):
+        return {**params, "dtype": dtype, "SIM": simulator, "description": "scale"}
+
+    def make_kernel(self, module, params, dtype, args, source, simulator):
+        return ScaleKernel(self, module, params, dtype, args, source)
+
+    def threads(self, params):
+        return params["BLOCK"]
+
+    def inputs(self, problem, rng, purpose):
+        return [rng.integers(-8, 9, problem.shape).astype(problem.dtype)]
+
+    def verification(self, problem, inputs, rng):
+        return [Case(tuple(inputs), 2.0 * inputs[0].astype(np.float64))]
+
+    def verify(self, problem, case, got, rng):
+        return unwritten(got) or compare_exact(got, case.expected)
+'''
+
+TINY_TEMPLATE = '''{%- import "_common.j2" as c with context -%}
+{{ c.header("tinyfam/scale.py.j2") }}
+
+{{ c.jit(BLOCK) }}
+def scale(X, Y, n):
+    i = cuda.grid(1)
+    if i < n:
+        Y[i] = X[i] * 2
+'''
+
+
+def tiny_wheel(folder: Path) -> Path:
+    """A wheel of the package tinyfam, which exposes its family through the autotune.families entry point."""
+    wheel = folder / "tinyfam-0.1-py3-none-any.whl"
+    files = {"tinyfam/__init__.py": TINY_FAMILY, "tinyfam/scale.py.j2": TINY_TEMPLATE,
+             "tinyfam/scale.yaml": "kernel: scale\nparams:\n  BLOCK: {values: [32, 64]}\n",
+             "tinyfam-0.1.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinyfam\nVersion: 0.1\n",
+             "tinyfam-0.1.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                            "Tag: py3-none-any\n",
+             "tinyfam-0.1.dist-info/entry_points.txt": "[autotune.families]\nscale = tinyfam:Family\n"}
+    files["tinyfam-0.1.dist-info/RECORD"] = "".join(f"{name},,\n" for name in files) + \
+        "tinyfam-0.1.dist-info/RECORD,,\n"
+    with zipfile.ZipFile(wheel, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return wheel
+
+
+def test_an_installed_package_exposes_its_family_through_the_entry_point(tmp_path):
+    """A family installed as a package in a fresh virtual environment is found by name, built and run there."""
+    import site
+    import sysconfig
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    python = venv / "bin" / "python"
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    ours = [sysconfig.get_paths()["purelib"], *site.getsitepackages()]  # where autotune and its needs are
+    Path(purelib, "outer.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", purelib,
+                    str(tiny_wheel(tmp_path))], check=True)
+    code = ("import numpy as np, autotune; from autotune.registry import family; f = family('scale'); "
+            "k = autotune.build_kernel('scale', {'BLOCK': 32}); print(f.source, k(np.arange(5.0)).tolist())")
+    env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": ""}
+    out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split(None, 1) == ["scale", "[0.0, 2.0, 4.0, 6.0, 8.0]\n"]
+
+
+SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+FOREIGN = {"kernel": "not_registered_here", "dtype": "float32", "shape": [64], "params": {"X": 1},
+           "time": {"median_ms": 1.0, "p20_ms": 1.0, "p80_ms": 1.0}}
+
+
+def test_entries_of_an_unregistered_family_are_kept_and_other_lookups_work(tmp_path):
+    from autotune.lookup import TunedKernelWarning, get_best_kernel
+    from autotune.problem import Problem
+    from autotune.space import load_space
+
+    def reduce_entry(n):
+        problem = Problem("reduce", (n,), "float32", {"op": "sum"})
+        params = load_space("reduce").validate({"BLOCK": 32, "WAVES": 1}, dtype="float32", family=problem.family)
+        return db.parse_entry(db.entry_record(problem, params, time={"median_ms": 1.0, "p20_ms": 1.0, "p80_ms": 1.0}))
+
+    path = tmp_path / "cuda-simulator.yaml"
+    db.write_entries(path, SIM, [reduce_entry(1000)])
+    text = path.read_text().replace("entries:\n", "entries:\n- " + repr(FOREIGN).replace("'", "") + "\n")
+    path.write_text(text)
+    loaded = db.load_file(path, strict=True)
+    assert loaded.foreign_families == ["not_registered_here"] and len(loaded.entries) == 1
+    db.write_entries(path, SIM, [reduce_entry(2000)])  # a write keeps the foreign entry as it was
+    assert db.load_file(path).foreign == [FOREIGN]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = get_best_kernel("reduce", (1000,), db=tmp_path)
+    notes = [str(w.message) for w in caught if issubclass(w.category, TunedKernelWarning)]
+    assert any("'not_registered_here'" in n and "kept but not used" in n for n in notes)
+    x = np.arange(1000, dtype=np.float32)
+    assert kernel(x) == x.sum()
+
+
+def run_cli(args, cwd, env=None):
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}, timeout=900)
+
+
+def test_the_example_family_is_tuned_stored_and_looked_up_end_to_end(tmp_path):
+    """`autotune tune --family examples/softmax` in the simulator on odd shapes writes the database; a fresh process
+    registers the family, looks the kernel up and computes NumPy's softmax into a NaN-poisoned output."""
+    shapes = ["1x1", "1x37", "13x1", "7x41"]
+    args = ["tune", "--family", str(SOFTMAX), "--simulator", "--trials", "2", "--sampler", "random",
+            "--compile-workers", "1", "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"),
+            "--write-db", *(f"--shape={s}" for s in shapes)]
+    out = run_cli(args, tmp_path)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert db.load_file(tmp_path / "db" / "cuda-simulator.yaml").foreign_families == ["softmax"] or \
+        "softmax" in autotune.registry.known()  # unregistered here, its entries are kept aside
+    register_family(str(SOFTMAX))
+    entries = db.load_file(tmp_path / "db" / "cuda-simulator.yaml", strict=True).entries
+    assert sorted(e.problem.key for e in entries) == sorted(f"softmax/float32/-/{s}" for s in shapes)
+    code = textwrap.dedent(f"""
+        import numpy as np, warnings, autotune
+        from numba import cuda
+        autotune.register_family({str(SOFTMAX)!r})
+        x = (4 * np.random.default_rng().standard_normal((7, 41))).astype(np.float32)
+        x[3, 5] = np.nan
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", autotune.TunedKernelWarning)  # the exact entry, no fallback
+            k = autotune.get_best_kernel("softmax", (7, 41), db={str(tmp_path / "db")!r})
+        out = cuda.to_device(np.full((7, 41), np.nan, np.float32))
+        k(cuda.to_device(x), out=out)
+        y = out.copy_to_host().astype(np.float64)
+        x64 = x.astype(np.float64)
+        e = np.exp(x64 - x64.max(-1, keepdims=True))
+        ref = e / e.sum(-1, keepdims=True)
+        assert np.isnan(y[3]).all() and not np.isnan(np.delete(y, 3, 0)).any()
+        assert np.allclose(np.delete(y, 3, 0), np.delete(ref, 3, 0), rtol=1e-5, atol=0)
+        print("ok", k.params)
+    """)
+    check = subprocess.run([sys.executable, "-W", "ignore", "-c", code], capture_output=True, text=True,
+                           env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": str(ROOT)}, timeout=600)
+    assert check.returncode == 0 and check.stdout.startswith("ok"), check.stderr[-3000:]
+
+
+def test_the_example_familys_oracle_fails_a_wrong_kernel(rng):
+    """The softmax oracle is not vacuous: an online pass that adds 1 where NumPy's +inf - inf gives NaN, and a
+    result off by a few ulp in every element, both fail."""
+    from autotune.problem import Instance, Problem
+
+    register_family(str(SOFTMAX))
+    problem = Problem("softmax", (9, 33), "float32")
+    inst = Instance(problem, rng)
+
+    class Wrong:
+        def __init__(self, change):
+            self.change = change
+
+        def __call__(self, x, out):
+            from numba import cuda
+
+            host = x.copy_to_host().astype(np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                finite = np.where(np.isinf(host), np.sign(host) * 1e30, host)  # as if inf - inf were 0
+                e = np.exp(finite - finite.max(-1, keepdims=True))
+                y = self.change(e / e.sum(-1, keepdims=True))
+            out.copy_to_device(cuda.to_device(y.astype(np.float32)))
+
+    assert "rows with NaN and infinities" in inst.check(Wrong(lambda y: y))
+    assert "error bound" in inst.check(Wrong(lambda y: y * (1 + 2e-5)))
