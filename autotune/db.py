@@ -86,8 +86,7 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     try:
         data = read_yaml(path)
     except YamlFileError as exc:
-        raise DatabaseError(f"cannot read: {exc}" if str(exc).startswith(where) else f"{where}: cannot read: {exc}") \
-            from None
+        raise DatabaseError(f"{where}: cannot read: {str(exc).removeprefix(where + ': ')}") from None
     if not isinstance(data, dict):
         raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
     if data.get("schema") != SCHEMA:

@@ -34,6 +34,7 @@ from .evaluate import compile_variant
 from .problem import Problem
 from .records import Outcome, job_for
 from .space import SearchSpace, load_space
+from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
 from .worker import Worker, compile_pool
 
@@ -81,16 +82,11 @@ def study_name(problem: Problem, device: DeviceInfo) -> str:
     return f"{problem.key}@{device.slug}"
 
 
-def open_storage(config: TuneConfig, device: DeviceInfo):
-    """The study storage: ``--storage URL`` (e.g. PostgreSQL), else a journal file per device."""
+def open_storage(config: TuneConfig, device: DeviceInfo, report: Callable[[str], None] = print):
+    """The study storage: ``--storage URL`` (e.g. PostgreSQL), else a journal file per GPU model."""
     if config.storage:
-        return config.storage
-    from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
-
-    path = Path(config.state_dir) / "studies" / f"{device.slug}.journal"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return JournalStorage(JournalFileBackend(str(path)))
+        return open_database(config.storage)
+    return open_journal(journal_path(config.state_dir, device.slug), report)
 
 
 def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
@@ -149,7 +145,8 @@ class Tuner:
         self.space = load_space(problem.kind, config.space_path)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.name = study_name(problem, device)
-        self.study = _open_study(open_storage(config, device), self.name, make_sampler(config.sampler, config.seed))
+        self.study = open_study(open_storage(config, device, self.report), self.name,
+                                make_sampler(config.sampler, config.seed), url=config.storage)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}
@@ -506,20 +503,6 @@ def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
     for process in list(processes.values()):
         process.terminate()
     pool.shutdown(wait=True)
-
-
-def _open_study(storage, name: str, sampler) -> optuna.Study:
-    """Create or load the study. Tuners started together on a fresh database race to create its tables
-    (seen with PostgreSQL: a duplicate CREATE TYPE); the loser retries and then finds them."""
-    for attempt in range(4):
-        try:
-            return optuna.create_study(storage=storage, study_name=name, sampler=sampler, direction="minimize",
-                                       load_if_exists=True)
-        except Exception:
-            if attempt == 3 or not isinstance(storage, str):
-                raise
-            time.sleep(0.5 + random.random() * (attempt + 1))
-    raise AssertionError("unreachable")
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:

@@ -74,8 +74,10 @@ def read_yaml(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = 
 
 def parse_yaml(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DEPTH) -> Any:
     """The value of one YAML document in ``text``, bounded as ``read_yaml`` says (messages without a file)."""
-    loader = _StrictLoader(text)
+    loader = None
     try:
+        _check_depth(text, max_depth)  # before composing, which recurses once per level
+        loader = _StrictLoader(text)
         node = loader.get_single_node()
         if node is None:
             return None
@@ -84,11 +86,24 @@ def parse_yaml(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DE
     except YamlFileError:
         raise
     except yaml.YAMLError as exc:
-        raise YamlFileError(f"not valid YAML: {' '.join(str(exc).split())}") from None
+        raise YamlFileError(f"not valid YAML: {' '.join(str(exc).split())[:300]}") from None
     except RecursionError:
         raise YamlFileError(f"nested deeper than {max_depth} levels") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
+
+
+def _check_depth(text: str, max_depth: int) -> None:
+    """Refuse nesting deeper than ``max_depth`` from the event stream, stopping at the first level too deep."""
+    depth = 0
+    for event in yaml.parse(text, Loader=yaml.SafeLoader):
+        if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+            depth += 1
+            if depth > max_depth:
+                raise YamlFileError(f"line {event.start_mark.line + 1}: nested deeper than {max_depth} levels")
+        elif isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+            depth -= 1
 
 
 def _measure(root: Node, max_nodes: int, max_depth: int) -> None:

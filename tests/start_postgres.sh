@@ -10,4 +10,4 @@ as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$
 [ "$(id -u)" = 0 ] && chown postgres "$data"
 as_postgres "$bin/initdb" -D "$data" -A trust -U autotune >/dev/null
 as_postgres "$bin/pg_ctl" -D "$data" -l "$data/log" -w -o "-h 127.0.0.1 -p $port -k $data" start >/dev/null
-echo "postgresql+psycopg2://autotune@127.0.0.1:$port/postgres $data"
+echo "postgresql://autotune@127.0.0.1:$port/postgres $data"

@@ -1,0 +1,144 @@
+"""Where studies live: a journal file per GPU model (default), or a database URL shared by several tuners.
+
+A journal is checked before a study opens it. A crash in the middle of a write leaves an incomplete last record
+(no line end); Optuna would skip it when reading but append the next record right after it, burying the damage
+in the middle of the file. So an incomplete last record is removed, under Optuna's own lock, and the run says so;
+every complete record is kept. Any other damage stops the run with the file, the line and what to do.
+
+A database URL (``--storage postgresql://user:password@host/db``) is opened with one-line errors for what goes
+wrong most: a missing driver (``pip install "autotune[postgres]"``), a server that does not answer, credentials
+it refuses. Passwords never appear in messages.
+"""
+from __future__ import annotations
+
+import json
+import os
+import random
+import time
+from pathlib import Path
+from typing import Callable
+
+import optuna
+
+
+class StorageError(ValueError):
+    """The study storage cannot be used; the message says why and what to do."""
+
+
+def open_journal(path: Path, report: Callable[[str], None]):
+    """Optuna storage over the journal file at ``path``, checked (and an incomplete last record removed) first."""
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's journal takes by default
+    if path.exists():
+        lock.acquire()
+        try:
+            note = repair_journal(path)
+        finally:
+            lock.release()
+        if note:
+            report(note)
+    return JournalStorage(JournalFileBackend(str(path)))
+
+
+def repair_journal(path: Path) -> str | None:
+    """Check every record of a journal; remove an incomplete last one (returning a sentence that says so), raise
+    StorageError for any other damage."""
+    data = path.read_bytes()
+    complete, _, tail = data.rpartition(b"\n")
+    records = complete.split(b"\n") if complete else []
+    for number, line in enumerate(records, start=1):
+        problem = _record_problem(line)
+        if problem:
+            raise StorageError(
+                f"{path}: line {number} of {len(records) + bool(tail)} is not a journal record ({problem}). The study "
+                f"history is damaged there: remove that line if it is the only damage (the records after it stay "
+                f"usable), or move the file aside to start the studies of this GPU model afresh")
+    if not tail:
+        return None
+    if _record_problem(tail) is None:  # a whole record that only lacks its line end
+        with open(path, "ab") as f:
+            f.write(b"\n")
+        return None
+    with open(path, "r+b") as f:
+        f.truncate(len(data) - len(tail))
+    return (f"recovered {path}: removed an incomplete last record ({len(tail)} bytes, left by a run stopped in the "
+            f"middle of a write); the {len(records)} complete records are kept")
+
+
+def _record_problem(line: bytes) -> str | None:
+    try:
+        record = json.loads(line)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return f"not JSON: {exc.msg if hasattr(exc, 'msg') else exc}"
+    if not isinstance(record, dict) or "op_code" not in record:
+        return "JSON, but not an Optuna journal operation"
+    return None
+
+
+def open_database(url: str):
+    """Optuna storage in the database at ``url``; StorageError with one line for the usual failures."""
+    try:
+        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+    except Exception as exc:
+        missing = _missing_module(exc)
+        if missing:
+            raise StorageError(f"--storage {redacted(url)}: the database driver {missing!r} is not installed; for "
+                               f"PostgreSQL: pip install \"autotune[postgres]\"") from None
+        raise StorageError(f"--storage {redacted(url)}: {_database_problem(exc)}") from None
+
+
+def _missing_module(exc: BaseException | None) -> str | None:
+    """The module whose absence caused ``exc`` (Optuna wraps the driver's ImportError in its own)."""
+    seen = 0
+    while exc is not None and seen < 10:
+        if isinstance(exc, ModuleNotFoundError) and exc.name:
+            return exc.name
+        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+    return None
+
+
+def _database_problem(exc: Exception) -> str:
+    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    lowered = text.lower()
+    if "password authentication failed" in lowered or "authentication" in lowered:
+        return f"the server refused the credentials ({text[:160]})"
+    if "could not connect" in lowered or "connection refused" in lowered or "connection failed" in lowered \
+            or "timeout" in lowered or "could not translate host" in lowered or "name or service" in lowered:
+        return f"cannot reach the database server ({text[:200]})"
+    if "does not exist" in lowered:
+        return f"{text[:200]} (create it first, e.g. createdb)"
+    if "could not parse" in lowered or "argument" in type(exc).__name__.lower():
+        return f"not a database URL such as postgresql://user:password@host/db ({text[:120]})"
+    return f"{type(exc).__name__}: {text[:240]}"
+
+
+def redacted(url: str) -> str:
+    """The URL with its password hidden."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return url.split("@")[-1] if "@" in url else url
+
+
+def open_study(storage, name: str, sampler, url: str | None = None) -> optuna.Study:
+    """Create or load the study. Tuners started together on a fresh database race to create its tables (seen
+    with PostgreSQL: a duplicate CREATE TYPE); the loser retries and then finds them."""
+    for attempt in range(4):
+        try:
+            return optuna.create_study(storage=storage, study_name=name, sampler=sampler, direction="minimize",
+                                       load_if_exists=True)
+        except Exception:
+            if attempt == 3 or url is None:
+                raise
+            time.sleep(0.5 + random.random() * (attempt + 1))
+            storage = open_database(url)
+    raise AssertionError("unreachable")
+
+
+def journal_path(state_dir: str | os.PathLike, device_slug: str) -> Path:
+    return Path(state_dir) / "studies" / f"{device_slug}.journal"

@@ -1,0 +1,213 @@
+"""Bad input is refused clearly, fast and by one rule: database files, search spaces, shapes and dtypes."""
+import os
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from autotune import db
+from autotune.lookup import TunedKernelWarning, get_best_kernel
+from autotune.problem import Problem
+from autotune.space import SpaceError, load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
+
+
+def reduce_record(n=1000, block=64, **changes):
+    problem = Problem("reduce", (n,), "float32", {"op": "sum"})
+    params = load_space("reduce").validate({"BLOCK": block, "WAVES": 1}, dtype="float32", family=problem.family)
+    return {**db.entry_record(problem, params, time=TIME, baseline={"median_ms": 2.0, "p20_ms": 2.0, "p80_ms": 2.0},
+                              trials=3), **changes}
+
+
+def write_db(path: Path, records, device=SIM):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump({"schema": 1, "device": device, "entries": records}, sort_keys=False))
+    return path
+
+
+def cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "autotune", *args], capture_output=True, text=True, timeout=300,
+                          cwd=cwd, env={**os.environ, "PYTHONPATH": str(ROOT), "NUMBA_ENABLE_CUDASIM": "1"})
+
+
+def alias_bomb(levels=9) -> str:
+    """A YAML value of about 1 KB that stands for 10**levels nodes (nested anchors and aliases)."""
+    lines = ["&l0 [1, 1, 1, 1, 1, 1, 1, 1, 1, 1]"]
+    for i in range(1, levels):
+        lines.append(f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]")
+    return "[" + ", ".join(lines) + "]"
+
+
+@pytest.mark.parametrize("field", ["shape", "params"])
+def test_an_alias_bomb_in_a_database_is_refused_in_well_under_a_second(tmp_path, field):
+    path = write_db(tmp_path / "cuda-simulator.yaml", [reduce_record()])
+    text = path.read_text().replace("  shape:\n  - 1000\n", f"  shape: {alias_bomb()}\n") if field == "shape" else \
+        path.read_text().replace("  params:\n", f"  params: {alias_bomb()}\n  unused:\n")
+    path.write_text(text)
+    assert len(text) < 2000
+    t0 = time.perf_counter()
+    with pytest.raises(db.DatabaseError) as err:
+        db.load_file(path)
+    assert time.perf_counter() - t0 < 1.0
+    assert str(path) in str(err.value) and "expands to more than" in str(err.value) and len(str(err.value)) < 400
+    out = cli("db", "check", "--db", str(tmp_path))
+    assert out.returncode == 1 and "expands to more than" in out.stdout and "Traceback" not in out.stderr
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_best_kernel("reduce", (1000,), db=tmp_path)  # the file is skipped, with a warning
+    assert any("cannot be used" in str(w.message) and str(path) in str(w.message) for w in caught)
+
+
+def test_an_alias_bomb_in_a_search_space_is_refused(tmp_path):
+    path = tmp_path / "space.yaml"
+    path.write_text(f"kernel: reduce\nparams:\n  BLOCK: {{values: [32], doc: {alias_bomb()}}}\n")
+    t0 = time.perf_counter()
+    with pytest.raises(SpaceError, match="expands to more than") as err:
+        load_space("reduce", path)
+    assert time.perf_counter() - t0 < 1.0 and str(path) in str(err.value)
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"time": {"median_ms": int("1" + "0" * 400), "p20_ms": 1.0, "p80_ms": 1.0}}, "field 'time'"),
+    ({"time": {"median_ms": float("nan"), "p20_ms": 1.0, "p80_ms": 1.0}}, "field 'time'"),
+    ({"baseline": [1, 2]}, "field 'baseline' must be a mapping"),
+    ({"rate": -3.0}, "field 'rate'"),
+    ({"resources": {"registers": "many"}}, "field 'resources'"),
+    ({"trials": 2.5}, "field 'trials'"),
+])
+def test_what_db_check_accepts_every_command_handles(tmp_path, change, field):
+    """One validation: a value show or merge could not handle is refused by the check, with the field named."""
+    path = write_db(tmp_path / "cuda-simulator.yaml", [reduce_record(**change), reduce_record(n=2000)])
+    loaded = db.load_file(path)
+    assert len(loaded.entries) == 1 and field in loaded.problems[0] and "entry #1" in loaded.problems[0]
+    check = cli("db", "check", "--db", str(tmp_path))
+    assert check.returncode == 1 and field in check.stdout
+    show = cli("show", "--db", str(tmp_path))
+    assert "Traceback" not in show.stderr and "reduce/float32/sum/all/2000" in show.stdout
+    merge = cli("db", "merge", str(path), "--db", str(tmp_path / "other"))
+    assert merge.returncode == 2 and "Traceback" not in merge.stderr and field in merge.stderr
+
+
+def test_duplicate_entries_are_reported_and_the_first_is_used_by_a_stated_rule(tmp_path):
+    path = write_db(tmp_path / "cuda-simulator.yaml", [reduce_record(block=64), reduce_record(block=128)])
+    loaded = db.load_file(path)
+    assert [e.params["BLOCK"] for e in loaded.entries] == [64]
+    assert "a second entry for reduce/float32/sum/all/1000 (entry #1 is the one used)" in loaded.problems[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        assert get_best_kernel("reduce", (1000,), db=tmp_path).params["BLOCK"] == 64
+    before = path.read_text()
+    with pytest.raises(db.DatabaseError, match="fix or remove"):
+        db.write_entries(path, SIM, [db.parse_entry(reduce_record(n=5000))])
+    assert path.read_text() == before  # a merge never changes an entry it was not asked to change
+    assert cli("db", "check", "--db", str(tmp_path)).returncode == 1
+
+
+def test_a_key_given_twice_in_one_entry_is_an_error_with_its_line(tmp_path):
+    path = write_db(tmp_path / "cuda-simulator.yaml", [reduce_record()])
+    path.write_text(path.read_text().replace("  dtype: float32\n", "  dtype: float32\n  dtype: float64\n"))
+    with pytest.raises(db.DatabaseError, match=r"line \d+: key 'dtype' is given twice") as err:
+        db.load_file(path)
+    assert str(path) in str(err.value)
+
+
+def test_a_binary_file_is_named_and_the_check_goes_on(tmp_path):
+    (tmp_path / "a-broken.yaml").write_bytes(b"\xff\xfe\x00garbage\x80")
+    write_db(tmp_path / "cuda-simulator.yaml", [reduce_record()])
+    out = cli("db", "check", "--db", str(tmp_path))
+    assert out.returncode == 1 and "Traceback" not in out.stderr
+    assert f"FAIL {tmp_path / 'a-broken.yaml'}: cannot read" in out.stdout and "not UTF-8" in out.stdout
+    assert "ok   " + str(tmp_path / "cuda-simulator.yaml") in out.stdout
+
+
+def test_a_bad_file_of_another_gpu_model_does_not_break_the_fallback(tmp_path):
+    write_db(tmp_path / "other-gpu.yaml", [reduce_record(block=32)], {"name": "Other GPU", "cc": "9.0"})
+    (tmp_path / "newer-gpu.yaml").write_text("schema: 2\ndevice: {name: Newer GPU, cc: '9.0'}\nentries: []\n")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = get_best_kernel("reduce", (1000,), db=tmp_path)
+    assert kernel.params["BLOCK"] == 32
+    notes = [str(w.message) for w in caught]
+    assert any("newer-gpu.yaml" in n and "schema" in n for n in notes)
+    assert any("Other GPU, same compute capability" in n for n in notes)
+
+
+@pytest.mark.parametrize("body, message", [
+    ("kernel: reduce\nparams:\n  BLOCK: {values: [48]}\n", "values [48] are unknown to the built-in space"),
+    ("kernel: reduce\nparams:\n  ITEMS: {values: [100000]}\n", "values [100000] are unknown to the built-in space"),
+    ("kernel: reduce\nparams:\n  BLOCK: {values: [32], when: {NOPE: [1]}}\n", "'when' names 'NOPE'"),
+    ("kernel: reduce\nparams:\n  ROW_MODE: {values: [warp], when: {axis: [0, 1]}}\n", "may only narrow"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides}]\n", "'args' must list 2 parameter names"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK]}]\n", "must list 2"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK, NOPE]}]\n", "must list 2"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: vector_bytes_at_most, max: 0}]\n", "at least 1"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1}]\n", "needs the integer argument 'max'"),
+    ("kernel: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1, max: 9, step: 2}]\n", "takes no argument 'step'"),
+    ("kernel: reduce\nparams: {}\nextra: 1\n", "unknown key 'extra'"),
+])
+def test_a_space_of_your_own_only_narrows_and_bad_constraints_are_refused_at_load(tmp_path, body, message):
+    path = tmp_path / "space.yaml"
+    path.write_text(body)
+    with pytest.raises(SpaceError) as err:
+        load_space("reduce", path)
+    assert message in str(err.value) and str(path) in str(err.value)
+
+
+def test_shapes_and_dtypes_as_numpy_users_write_them(tmp_path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TunedKernelWarning)
+        a = get_best_kernel("reduce", (np.int64(1000),), dtype=np.float32, db=tmp_path)
+        b = get_best_kernel("reduce", np.int64(1000), dtype="f4", db=tmp_path)
+        c = get_best_kernel("reduce", [1000], dtype=np.dtype("float32"), db=tmp_path)
+    assert a is b is c and a.dtype == "float32"
+    for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers")):
+        with pytest.raises(ValueError, match=message):
+            get_best_kernel("matmul" if len(shape) == 3 else "reduce", shape, db=tmp_path)
+    with pytest.raises(ValueError, match="dtype 'int32' is not supported by reduce; supported: float32, float64"):
+        get_best_kernel("reduce", (1000,), dtype=np.int32, db=tmp_path)
+
+
+def test_a_dtype_mismatch_suggests_only_what_exists():
+    from autotune import build_kernel
+
+    kernel = build_kernel("reduce", {}, op="sum")
+    with pytest.raises(TypeError) as err:
+        kernel(np.ones(8, np.int32))
+    assert "convert the input to float32 or float64" in str(err.value) and "dtype='int32'" not in str(err.value)
+    with pytest.raises(TypeError, match="build the kernel with dtype='float64'"):
+        kernel(np.ones(8, np.float64))
+
+
+def test_f_ordered_and_strided_numpy_input_follow_the_same_rule(rng):
+    """NumPy and device input alike must have the layout the kernel needs; the error names the copy to make."""
+    from autotune import build_kernel
+
+    kernel = build_kernel("reduce", {}, op="sum", axis=1)
+    x = rng.standard_normal((6, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match="must be C-contiguous"):
+        kernel(np.asfortranarray(x))
+    with pytest.raises(ValueError, match="strided view"):
+        kernel(x[:, ::2])
+    np.testing.assert_allclose(kernel(np.ascontiguousarray(x[:, ::2])), x[:, ::2].sum(axis=1), rtol=1e-6)
+
+
+def test_database_writes_keep_the_files_mode(tmp_path):
+    old = os.umask(0o022)
+    try:
+        path = tmp_path / "cuda-simulator.yaml"
+        db.write_entries(path, SIM, [db.parse_entry(reduce_record())])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o644
+        path.chmod(0o640)
+        db.write_entries(path, SIM, [db.parse_entry(reduce_record(n=2000))])
+        assert stat.S_IMODE(path.stat().st_mode) == 0o640
+    finally:
+        os.umask(old)

@@ -1,0 +1,111 @@
+"""Study storage: a journal left by a crash mid-write is recovered, other damage is named; database URLs fail with
+one clear line."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+
+from autotune.storage import StorageError, open_database, open_journal, redacted
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def journal_with_trials(path: Path, n: int = 4) -> list[float]:
+    storage = open_journal(path, report=lambda line: None)
+    study = optuna.create_study(storage=storage, study_name="s")
+    values = []
+    for i in range(n):
+        trial = study.ask()
+        trial.suggest_int("x", 0, 10)
+        study.tell(trial, float(i))
+        values.append(float(i))
+    return values
+
+
+def completed(path: Path) -> list[float]:
+    storage = open_journal(path, report=lambda line: None)
+    study = optuna.load_study(study_name="s", storage=storage)
+    return [t.value for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+
+
+def test_an_incomplete_last_record_is_removed_and_every_complete_trial_kept(tmp_path):
+    path = tmp_path / "gpu.journal"
+    values = journal_with_trials(path)
+    data = path.read_bytes()
+    path.write_bytes(data + data.splitlines(keepends=True)[-1][:25])  # a record cut off mid-write, no line end
+    notes = []
+    open_journal(path, report=notes.append)
+    assert len(notes) == 1 and "removed an incomplete last record" in notes[0] and str(path) in notes[0]
+    assert path.read_bytes() == data
+    assert completed(path) == values
+    journal_with_trials(path.with_name("other.journal"))  # and the recovered file takes new records as before
+    study = optuna.load_study(study_name="s", storage=open_journal(path, report=lambda line: None))
+    study.tell(study.ask(), 9.0)
+    assert completed(path) == values + [9.0]
+
+
+def test_a_cut_off_last_record_of_a_real_trial_loses_only_that_record(tmp_path):
+    path = tmp_path / "gpu.journal"
+    values = journal_with_trials(path)
+    data = path.read_bytes()
+    path.write_bytes(data[:-9])  # the last record (the last trial's result) loses its end
+    notes = []
+    open_journal(path, report=notes.append)
+    assert "incomplete last record" in notes[0]
+    assert completed(path) == values[:-1]
+
+
+@pytest.mark.parametrize("where", ["end", "middle"])
+def test_other_damage_names_the_file_the_line_and_what_to_do(tmp_path, where):
+    path = tmp_path / "gpu.journal"
+    journal_with_trials(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    at = len(lines) if where == "end" else 2
+    lines.insert(at, b"this is not a record\n")
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(StorageError) as err:
+        open_journal(path, report=lambda line: None)
+    message = str(err.value)
+    assert str(path) in message and f"line {at + 1} of {len(lines)}" in message
+    assert "remove that line" in message and "move the file aside" in message
+
+
+def test_the_command_line_reports_a_damaged_journal_in_one_line(tmp_path):
+    state = tmp_path / "state"
+    path = state / "studies" / "cuda-simulator.journal"
+    path.parent.mkdir(parents=True)
+    path.write_bytes(b'{"op_code": 0, "worker_id": "x", "study_name": "s", "directions": [1]}\ngarbage\n')
+    out = subprocess.run([sys.executable, "-m", "autotune", "reduce", "--simulator", "--shape", "33", "--state-dir",
+                          str(state), "--no-db"], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 2
+    error = [line for line in out.stderr.splitlines() if line.startswith("autotune: error:")]
+    assert error and "line 2 of 2 is not a journal record" in error[0] and str(path) in error[0]
+    assert "Traceback" not in out.stderr
+
+
+def test_a_missing_database_driver_is_named_with_the_install_command():
+    with pytest.raises(StorageError) as err:
+        open_database("postgresql+pg8000://tuner:secret@127.0.0.1/studies")
+    assert "'pg8000' is not installed" in str(err.value) and 'pip install "autotune[postgres]"' in str(err.value)
+    assert "secret" not in str(err.value)
+
+
+def test_an_unreachable_server_is_one_line_without_the_password():
+    pytest.importorskip("psycopg")
+    with pytest.raises(StorageError) as err:
+        open_database("postgresql://tuner:secret@127.0.0.1:1/studies")
+    message = str(err.value)
+    assert "cannot reach the database server" in message and "\n" not in message and "secret" not in message
+    assert redacted("postgresql://tuner:secret@h/db") == "postgresql://tuner:***@h/db"
+
+
+def test_refused_credentials_are_named(postgres_url):
+    from sqlalchemy.engine import make_url
+
+    url = make_url(postgres_url).set(username="nobody_here", password="wrong")
+    with pytest.raises(StorageError, match="refused the credentials|does not exist"):
+        open_database(url.render_as_string(hide_password=False))
