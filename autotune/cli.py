@@ -234,8 +234,8 @@ def _selftest_parser(sub) -> None:
     s = sub.add_parser("selftest", help="check every parameter value's variants against NumPy on the GPU",
                        description="Check a covering sample of every family's search space (every value of every "
                        "parameter at least once) against float64 NumPy on odd shapes, with NaN and infinities for "
-                       "max and min and with out= overlapping an input. --simulator runs a small sample (a few "
-                       "variants on the smallest shapes, about a minute) in Numba's CUDA simulator.")
+                       "max and min and with out= overlapping an input. --simulator runs a small sample (one "
+                       "variant per family and arguments on one odd shape, about a minute) in Numba's CUDA simulator.")
     s.add_argument("--device", default="0")
     s.add_argument("--simulator", action="store_true", help="run a small sample in the CUDA simulator")
     s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
@@ -273,11 +273,12 @@ def _db_parsers(sub) -> None:
                           description="Print every entry the lookups can use, file by file, in the order "
                           "get_best_kernel reads them (your folder, then the shipped database).")
     show.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
-    show.add_argument("--device", help="GPU model (name or file slug); default all")
+    show.add_argument("--device", help="only GPU models whose name contains this (e.g. h100); default all")
     show.add_argument("--kernel", metavar="FAMILY", help="only this family")
     show.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
     show.set_defaults(run=run_show)
-    db = sub.add_parser("db", help="check or merge database files", description="Check or merge tuned database files.")
+    db = sub.add_parser("db", help="check or merge database files", description="Check or merge the tuned database: "
+                        "one YAML file per GPU model, in your folder and shipped with the package.")
     dbsub = db.add_subparsers(required=True, metavar="ACTION")
     check = dbsub.add_parser("check", help="validate every file lookups read (exit 1 on any problem)",
                              description="Validate every database file that lookups read, in their order (your folder, "
@@ -461,7 +462,8 @@ def run_show(args) -> int:
     files, problems, folders = _database_files(args)
     print("reading, in this order: " + ", ".join(map(str, folders)))
     if args.device:
-        files = [f for f in files if device_slug(args.device) in (f.path.stem, device_slug(f.device["name"]))]
+        wanted = device_slug(args.device)
+        files = [f for f in files if wanted in f.path.stem or wanted in device_slug(f.device["name"])]
     print(report.db_table(files, args.kernel))
     for problem in problems:
         print(f"  unreadable: {problem}")

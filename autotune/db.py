@@ -282,7 +282,7 @@ def database_folders(db: str | os.PathLike | None = None) -> list[Path]:
     then the database shipped with the package. Yours comes first, entry by entry: the shipped one serves the
     problems yours lacks."""
     folders = []
-    mine = db_dir(db)
+    mine = db_dir(db).absolute()
     if db is not None or os.environ.get("AUTOTUNE_DB") or mine.is_dir():
         folders.append(mine)
     shipped = shipped_folder()

@@ -48,7 +48,7 @@ def fill_imports(source: str) -> str:
         return source
     from . import intrinsics
 
-    used = _names(source)
+    used = _names(source) - _defined(source)
     lines = ["import math", ""] if "math" in used else []
     numba = [n for n in NUMBA_NAMES if n in used]
     if numba:
@@ -66,6 +66,15 @@ def _names(source: str) -> set[str]:
 
     body = source.replace(IMPORTS_MARK, "")
     return {tok.string for tok in tokenize.generate_tokens(io.StringIO(body).readline) if tok.type == tokenize.NAME}
+
+
+def _defined(source: str) -> set[str]:
+    """Names the module defines itself (a simulator stand-in of an intrinsic, say)."""
+    import ast
+
+    tree = ast.parse(source.replace(IMPORTS_MARK, ""))
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | \
+        {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
 
 
 def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:

@@ -1,10 +1,13 @@
 """Tests run on the CPU: kernels in Numba's CUDA simulator, compile checks through the real compiler in a
 subprocess (the simulator and the compiler cannot share one process)."""
 import os
+import shutil
 import tempfile
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-os.environ.setdefault("AUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="autotune-test-cache-"))
+if "AUTOTUNE_CACHE_DIR" not in os.environ:  # the controlling process makes it; xdist workers inherit it
+    os.environ["AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-test-cache-")
+    os.environ["AUTOTUNE_TEST_CACHE_OWNED"] = "1"
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
@@ -37,3 +40,11 @@ def postgres_url():
     yield url
     stop = [f"{bins[-1]}/pg_ctl", "-D", data, "-m", "fast", "stop"]
     subprocess.run(["runuser", "-u", "postgres", "--", *stop] if os.getuid() == 0 else stop, capture_output=True)
+    shutil.rmtree(data, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """The generated-kernel cache this run made is removed when the whole run ends (not by a worker, which shares
+    it with the others)."""
+    if not hasattr(session.config, "workerinput") and os.environ.pop("AUTOTUNE_TEST_CACHE_OWNED", None):
+        shutil.rmtree(os.environ["AUTOTUNE_CACHE_DIR"], ignore_errors=True)

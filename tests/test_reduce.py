@@ -231,3 +231,20 @@ def test_out_overlapping_the_input_gives_numpys_result(axis, params, rng):
     d.copy_to_device(x)
     plan()
     np.testing.assert_array_equal(out.copy_to_host(), np.atleast_1d(x.astype(np.float64).sum(axis=axis)))
+
+
+@pytest.mark.parametrize("axis", [None, 0, 1])
+@pytest.mark.parametrize("op", ["max", "min"])
+def test_the_tuners_check_of_max_and_min_leaves_its_data_alone(op, axis, rng):
+    """Planting infinities and NaNs for the extra check cases works on copies: the main case keeps the data its
+    reference was computed from, so a right kernel passes every case (on every axis)."""
+    from autotune.problem import Instance, Problem
+
+    shape = (1000,) if axis is None else (37, 29)
+    problem = Problem("reduce", shape, "float32", {"op": op, "axis": axis})
+    inst = Instance(problem, rng)
+    main = inst.cases[0][0]
+    assert not np.isnan(main.inputs[0]).any() and not np.isinf(main.inputs[0]).any()
+    np.testing.assert_array_equal(main.expected, np.atleast_1d(reference(op, main.inputs[0], axis=axis)))
+    assert [case.what for case, _ in inst.cases[1:]][-1] == "elements (data with NaN)"
+    assert inst.check(build_kernel("reduce", {"BLOCK": 64, "VEC": 1}, op=op, axis=axis)) is None

@@ -202,7 +202,7 @@ def _planted(x: np.ndarray, axis, values, rng, also_last: bool) -> list[np.ndarr
             copies.append(x.copy())
             copies[1].flat[-1] = values[0]
         return copies
-    moved = np.ascontiguousarray(np.moveaxis(x, axis, -1))  # the lines reduced are its rows
+    moved = np.moveaxis(x, axis, -1).copy()  # a C-ordered copy whose rows are the lines reduced
     lines = moved.reshape(-1, moved.shape[-1])
     for value in values:
         rows = rng.random(lines.shape[0]) < 0.5

@@ -1,0 +1,157 @@
+"""The command line and the lookup as a new user meets them: one lookup order for every command, merges that land
+where lookups read, clear messages for wrong arguments and a missing GPU, help that lists what a family takes."""
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+import yaml
+
+from autotune import db
+from autotune.lookup import TunedKernelWarning, get_best_kernel
+from autotune.problem import Problem
+from autotune.space import load_space
+
+ROOT = Path(__file__).resolve().parent.parent
+H100 = "NVIDIA H100 80GB HBM3"
+TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
+
+
+def cli(*args, cwd, simulator=True, timeout=300):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("AUTOTUNE_DB", None)
+    if not simulator:
+        env.pop("NUMBA_ENABLE_CUDASIM", None)
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=timeout)
+
+
+def entry(kind, shape, params, **family):
+    problem = Problem(kind, shape, "float32", family)
+    full = load_space(kind).validate(params, dtype="float32", family=problem.family)
+    return db.parse_entry(db.entry_record(problem, full, time=TIME))
+
+
+def shipped(kind, shape, **family):
+    problem = Problem(kind, shape, "float32", family)
+    return next(e for e in db.load_file(ROOT / "tuned_db" / "nvidia-h100-80gb-hbm3.yaml").entries
+                if e.problem.key == problem.key)
+
+
+def test_your_folder_comes_first_and_the_shipped_database_serves_what_it_lacks(tmp_path, monkeypatch):
+    """After a tuning run writes ./tuned_db/<gpu>.yaml, the shipped entries still serve every other problem."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOTUNE_DB", raising=False)
+    mine = entry("reduce", (1 << 20,), {"BLOCK": 32, "WAVES": 1})
+    db.write_entries(tmp_path / "tuned_db" / "nvidia-h100-80gb-hbm3.yaml", {"name": H100, "cc": "9.0"}, [mine])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TunedKernelWarning)  # both exact: no fallback, no warning
+        assert get_best_kernel("reduce", (1 << 20,), device=H100).params == mine.params
+        assert get_best_kernel("reduce", (1 << 24,), device=H100).params == shipped("reduce", (1 << 24,)).params
+    out = cli("show", "--device", "h100", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    first, second = str(tmp_path / "tuned_db"), str(ROOT / "tuned_db")
+    assert out.stdout.splitlines()[0] == f"reading, in this order: {first}, {second}"
+    assert out.stdout.index(f"{first}/nvidia-h100-80gb-hbm3.yaml") < out.stdout.index(f"{second}/nvidia-h100")
+
+
+def test_merge_writes_the_file_of_the_gpu_model_the_incoming_file_declares(tmp_path):
+    other = tmp_path / "from-colleague.yaml"
+    db.write_entries(other, {"name": "NVIDIA Test GPU", "cc": "9.0"}, [entry("reduce", (1000,), {"BLOCK": 64})])
+    out = cli("db", "merge", str(other), "--db", str(tmp_path / "db"), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    target = tmp_path / "db" / "nvidia-test-gpu.yaml"
+    assert f"merged into {target} (the file of NVIDIA Test GPU)" in out.stdout
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TunedKernelWarning)
+        assert get_best_kernel("reduce", (1000,), device="NVIDIA Test GPU", db=tmp_path / "db").params["BLOCK"] == 64
+
+
+def test_show_and_check_read_the_shipped_database_outside_a_checkout(tmp_path):
+    for command in (["show"], ["db", "check"]):
+        out = cli(*command, cwd=tmp_path)
+        assert out.returncode == 0, out.stdout + out.stderr
+        assert str(ROOT / "tuned_db" / "nvidia-h200.yaml") in out.stdout
+        assert "empty" not in out.stdout and "no database files" not in out.stdout
+    assert "38 valid entries" in cli("db", "check", cwd=tmp_path).stdout
+
+
+def test_a_missing_folder_and_an_unreadable_file_are_reported_the_same_way_by_show_and_check(tmp_path):
+    for command in (["show"], ["db", "check"]):
+        out = cli(*command, "--db", str(tmp_path / "nonexistent"), cwd=tmp_path)
+        assert out.returncode == 2 and "no such folder" in out.stderr and "Traceback" not in out.stderr
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "broken.yaml").write_text("schema: 1\ndevice: [oops\n")
+    for command in (["show"], ["db", "check"]):
+        out = cli(*command, "--db", str(tmp_path / "mine"), cwd=tmp_path)
+        assert out.returncode == 1 and "Traceback" not in out.stderr
+        assert "broken.yaml" in out.stdout and "nvidia-h200.yaml" in out.stdout  # reported, and the rest shown
+
+
+def test_bench_without_a_gpu_says_so_without_suggesting_a_missing_option(tmp_path):
+    out = cli("bench", "matmul", cwd=tmp_path, simulator=False)
+    assert out.returncode == 3 and "no CUDA GPU is visible" in out.stderr
+    assert "--simulator" not in out.stderr.replace("selftest --simulator", "")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["reduce", "--trials", "0"], "must be at least 1"),
+    (["reduce", "--trials", "-1"], "must be at least 1"),
+    (["reduce", "--timeout", "0"], "must be more than 0"),
+    (["reduce", "--shape", "0"], "at least 1"),
+    (["matmul", "--shape=-4x4x4"], "is not of the form"),
+    (["reduce", "--dtype", "int32"], "dtype 'int32' is not supported by reduce"),
+    (["matmul", "--op", "max"], "unrecognized arguments: --op"),
+    (["tune", "--family", "nonexistent_family"], "cannot load kernel family 'nonexistent_family'"),
+])
+def test_wrong_arguments_get_one_clear_line(tmp_path, args, message):
+    out = cli(*args, "--simulator", "--no-db", "--state-dir", str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2 and message in out.stderr and "Traceback" not in out.stderr
+
+
+def test_library_use_without_a_gpu_says_what_is_missing_and_how_to_use_the_simulator(tmp_path):
+    from autotune.device import gpu_available
+
+    if gpu_available():
+        pytest.skip("a GPU is visible here")
+    code = ("import numpy as np\nfrom autotune import build_kernel, get_best_kernel\n"
+            "for call in (lambda: get_best_kernel('reduce', (1000,)), "
+            "lambda: build_kernel('reduce', {})(np.ones(8, np.float32))):\n"
+            "    try:\n        call()\n    except Exception as exc:\n        print(type(exc).__name__, exc)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env={**env, "PYTHONPATH": str(ROOT)}, timeout=300)
+    lines = [line for line in out.stdout.splitlines() if line.startswith("NoGPUError")]
+    assert len(lines) == 2 and all("NUMBA_ENABLE_CUDASIM=1" in line for line in lines), out.stdout + out.stderr
+
+
+def test_help_lists_each_familys_own_options_and_parameters(tmp_path):
+    matmul = cli("matmul", "--help", cwd=tmp_path).stdout
+    assert "--layout" in matmul and "--op" not in matmul and "--axis" not in matmul
+    reduce = cli("reduce", "--help", cwd=tmp_path).stdout
+    assert "--op" in reduce and "--axis" in reduce and "--layout" not in reduce
+    render = cli("render", "matmul", "--help", cwd=tmp_path).stdout
+    assert "parameters of matmul" in render and "BM: 16 32 64 128* 256" in render
+    top = cli("--help", cwd=tmp_path).stdout
+    for command in ("selftest", "render", "show", "db", "warm", "tune", "bench"):
+        assert command in top
+    for command in (["selftest"], ["show"], ["db"], ["warm"]):
+        text = cli(*command, "--help", cwd=tmp_path).stdout
+        assert len(text.split("\n\n")[1].strip()) > 40, command  # a description, not just usage
+
+
+def test_warm_compiles_a_small_database_for_a_compute_capability_without_a_gpu(tmp_path):
+    """`autotune warm --cc 9.0` on a database file: each entry compiled to a cubin for sm_90 on the CPU, with its
+    registers, spills and compile seconds printed."""
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, {"name": "Some GPU", "cc": "9.0"},
+                     [entry("reduce", (1000,), {"BLOCK": 64}), entry("reduce", (1000,), {"BLOCK": 128}, op="max")])
+    out = cli("warm", "--db", str(path), "--cc", "9.0", "--jobs", "2", cwd=tmp_path, simulator=False, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    lines = [line for line in out.stdout.splitlines() if line.startswith("ok")]
+    assert len(lines) == 2 and all("registers" in line and "spill bytes    0" in line for line in lines)
+    assert "2 of 2 compiled" in out.stdout
+    none = cli("warm", cwd=tmp_path, simulator=False)
+    assert none.returncode == 3 and "--cc" in none.stderr
