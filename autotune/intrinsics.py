@@ -174,11 +174,25 @@ cp_async_wait1 = _make_plain_asm("cp.async.wait_group 1;")
 cp_async_wait2 = _make_plain_asm("cp.async.wait_group 2;")
 
 
+def _dmma(builder, k: int, a: list, b: list, c: list) -> list:
+    """One mma.sync m16n8k<k> of float64 fragments as inline PTX: the four results from a (k/2 values of A), b (k/4
+    of B) and c (the four of C), each in the PTX ISA's fragment layout (lane = 4 * row group + thread in group)."""
+    double = ir.DoubleType()
+    values = [*a, *b, *c]
+    fnty = ir.FunctionType(ir.LiteralStructType([double] * 4), [double] * len(values))
+    ops, first = [], 4  # operands $0-$3 are the outputs
+    for count in (k // 2, k // 4, 4):
+        ops.append("{" + ", ".join(f"${first + i}" for i in range(count)) + "}")
+        first += count
+    text = f"mma.sync.aligned.m16n8k{k}.row.col.f64.f64.f64.f64 {{$0, $1, $2, $3}}, {', '.join(ops)};"
+    out = builder.call(ir.InlineAsm(fnty, text, ",".join(["=d"] * 4 + ["d"] * len(values))), values)
+    return [builder.extract_value(out, i) for i in range(4)]
+
+
 @intrinsic
 def dmma_m16n8(typingctx, a, b, c):
-    """d0..d3 = mma.sync m16n8k<k> of float64 fragments (sm_90's fp64 tensor cores): a holds k/2 values of A,
-    b k/4 of B and c the four of C, each in the PTX ISA's fragment layout (lane = 4 * row group + thread in
-    group). k is 4, 8 or 16, read from the length of a."""
+    """d0..d3 = one mma.sync m16n8k<k> of float64 fragments: a holds k/2 values of A, b k/4 of B and c the four
+    of C, each in the PTX ISA's fragment layout. k is 4, 8 or 16, read from the length of a."""
     k = 2 * len(a)
     if k not in (4, 8, 16) or len(b) != k // 4 or len(c) != 4:
         raise TypeError(f"dmma_m16n8 wants (k/2, k/4, 4) float64 values for k in 4, 8, 16; got "
@@ -186,17 +200,45 @@ def dmma_m16n8(typingctx, a, b, c):
     sig = types.UniTuple(types.float64, 4)(a, b, c)
 
     def codegen(context, builder, sig, args):
-        values = [builder.extract_value(arg, i) for arg, tup in zip(args, sig.args) for i in range(len(tup))]
-        double = ir.DoubleType()
-        fnty = ir.FunctionType(ir.LiteralStructType([double] * 4), [double] * len(values))
-        ops, first = [], 4  # operands $0-$3 are the outputs
-        for count in (k // 2, k // 4, 4):
-            ops.append("{" + ", ".join(f"${first + i}" for i in range(count)) + "}")
-            first += count
-        text = f"mma.sync.aligned.m16n8k{k}.row.col.f64.f64.f64.f64 {{$0, $1, $2, $3}}, {', '.join(ops)};"
-        asm = ir.InlineAsm(fnty, text, ",".join(["=d"] * 4 + ["d"] * len(values)))
-        out = builder.call(asm, values)
-        return context.make_tuple(builder, sig.return_type, [builder.extract_value(out, i) for i in range(4)])
+        a_values, b_values, c_values = (_flat(builder, v, t) for v, t in zip(args, sig.args))
+        return context.make_tuple(builder, sig.return_type, _dmma(builder, k, a_values, b_values, c_values))
+
+    return sig, codegen
+
+
+@intrinsic
+def dmma_tile(typingctx, acc, fa, fb, k):
+    """One k-deep step of a warp's fp64 tensor-core tile: (TM/2) x (TN/2) mma.sync m16n8k<k> (sm_90), each on a
+    16 x 8 piece whose results are tile rows 2mi, 2mi+1 and columns 2nj, 2nj+1 of acc (TM x TN, at ``tile_slot``).
+    fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row wr + 8i, k = tig + 4q), fb its B fragments
+    (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k (4, 8 or 16) must be a constant. One call replaces a
+    statement per mma, whose typing and lowering Numba's front end spends its time on."""
+    if not isinstance(k, types.IntegerLiteral):
+        return None  # Numba then types the call again with the constant's literal type
+    steps = k.literal_value
+    q = steps // 4
+    if steps not in (4, 8, 16) or not isinstance(acc, types.UniTuple) or len(fa) % q or len(fb) % q:
+        raise TypeError(f"dmma_tile wants an accumulator tuple and fragments for k in 4, 8, 16; got {acc}, "
+                        f"{len(fa)} and {len(fb)} fragments, k={steps}")
+    tm, half_tn = len(fa) // q, len(fb) // q
+    if tm % 2 or acc.count != tm * 2 * half_tn:
+        raise TypeError(f"dmma_tile: {acc.count} accumulators do not match {tm} x {2 * half_tn} fragments")
+    sig = acc(acc, fa, fb, k)
+
+    def codegen(context, builder, sig, args):
+        a_values = _flat(builder, args[1], sig.args[1])
+        b_values = _flat(builder, args[2], sig.args[2])
+        tn = 2 * half_tn
+        result = args[0]
+        for mi in range(tm // 2):
+            for nj in range(half_tn):
+                a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(steps // 2)]
+                b = [b_values[nj * q + y] for y in range(q)]
+                slots = [tile_slot(tm * tn, 2 * mi + i, 2 * nj + j, tn) for i in (0, 1) for j in (0, 1)]
+                d = _dmma(builder, steps, a, b, [builder.extract_value(result, s) for s in slots])
+                for slot, value in zip(slots, d):
+                    result = builder.insert_value(result, value, slot)
+        return result
 
     return sig, codegen
 
@@ -286,6 +328,91 @@ def minimum(typingctx, a, b):
     return _extremum_signature(a, b), _extremum_codegen(False)
 
 
-__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
-           "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "red_add1", "red_add2", "red_add4",
+def tile_slot(count: int, i: int, j: int, columns: int) -> int:
+    """Where a register tile's element (i, j) lives in its tuple: reverse row-major order. ptxas allocates the
+    loop's accumulators as it did for the statements the tuple replaced only in this order (in row-major order,
+    two 128-register variants spilled)."""
+    return count - 1 - (i * columns + j)
+
+
+def _flat(builder, value, ty) -> list:
+    """The scalars of a value that is a scalar or a (nested) tuple of them, in order."""
+    if isinstance(ty, types.BaseTuple):
+        return [x for i, t in enumerate(ty) for x in _flat(builder, builder.extract_value(value, i), t)]
+    return [value]
+
+
+def _flat_types(ty) -> list:
+    return [x for t in ty for x in _flat_types(t)] if isinstance(ty, types.BaseTuple) else [ty]
+
+
+@intrinsic
+def fma_tile(typingctx, acc, a, b):
+    """The outer-product step of a register-tiled matmul: tile element (i, j) += a[i] * b[j] for every i, j.
+
+    acc is the tile, a tuple of TM * TN values (element (i, j) at ``tile_slot``); a and b give TM and TN values,
+    as scalars or vectors (tuples from vload).
+    One call replaces TM * TN statements in the kernel source, which is what Numba's front end spends its time
+    on; the code is the same multiply and add per element (NVVM fuses them into FMA, as it fused the statements)."""
+    if not isinstance(acc, types.UniTuple) or not isinstance(acc.dtype, types.Float):
+        raise TypeError(f"fma_tile: acc must be a tuple of floats, got {acc}")
+    n_a, n_b = len(_flat_types(a)), len(_flat_types(b))
+    if n_a * n_b != acc.count:
+        raise TypeError(f"fma_tile: {acc.count} accumulators for {n_a} x {n_b} products")
+    sig = acc(acc, a, b)
+
+    def codegen(context, builder, sig, args):
+        dtype = sig.return_type.dtype
+        a_values = [context.cast(builder, v, t, dtype)
+                    for v, t in zip(_flat(builder, args[1], sig.args[1]), _flat_types(sig.args[1]))]
+        b_values = [context.cast(builder, v, t, dtype)
+                    for v, t in zip(_flat(builder, args[2], sig.args[2]), _flat_types(sig.args[2]))]
+        result = args[0]
+        for i, x in enumerate(a_values):
+            for j, y in enumerate(b_values):
+                k = tile_slot(len(a_values) * len(b_values), i, j, len(b_values))
+                total = builder.fadd(builder.extract_value(args[0], k), builder.fmul(x, y))
+                result = builder.insert_value(result, total, k)
+        return result
+
+    return sig, codegen
+
+
+@intrinsic
+def tile_of(typingctx, value, count):
+    """A tuple of ``count`` copies of ``value`` (count a constant): a register tile's accumulators, started at 0. (A
+    literal tuple of more than 30 names is built through a list in CPython's bytecode, which Numba cannot type.)"""
+    if not isinstance(count, types.IntegerLiteral):
+        return None  # Numba then types the call again with the constant's literal type
+    sig = types.UniTuple(value, count.literal_value)(value, count)
+
+    def codegen(context, builder, sig, args):
+        return context.make_tuple(builder, sig.return_type, [args[0]] * sig.return_type.count)
+
+    return sig, codegen
+
+
+@intrinsic
+def opaque(typingctx, value):
+    """``value`` itself, through an instruction the optimiser cannot see through or move: what is computed from it
+    afterwards is computed there, not merged with the same computation earlier (which would keep its result in a
+    register all the way). A volatile ``mov`` in PTX, which ptxas removes."""
+    if not isinstance(value, types.Integer):
+        raise TypeError(f"opaque takes an integer, got {value}")
+    sig = value(value)
+
+    def codegen(context, builder, sig, args):
+        width = sig.args[0].bitwidth
+        if width not in (32, 64):
+            raise TypeError(f"opaque takes a 32- or 64-bit integer, not {width}-bit")
+        kind = "r" if width == 32 else "l"
+        asm = ir.InlineAsm(ir.FunctionType(args[0].type, [args[0].type]), f"mov.b{width} $0, $1;", f"={kind},{kind}",
+                           side_effect=True)
+        return builder.call(asm, [args[0]])
+
+    return sig, codegen
+
+
+__all__ = ["atomic_max_nan", "atomic_min_nan", "fma_tile", "maximum", "minimum", "opaque", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
+           "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile", "red_add1", "red_add2", "red_add4", "tile_of",
            "vload2", "vload4", "vstore2", "vstore4"]

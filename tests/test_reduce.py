@@ -1,4 +1,6 @@
 """Reductions in the CUDA simulator against float64 NumPy: every op, axis and parameter value."""
+from contextlib import nullcontext
+
 import numpy as np
 import pytest
 from numba import cuda
@@ -248,3 +250,20 @@ def test_the_tuners_check_of_max_and_min_leaves_its_data_alone(op, axis, rng):
     np.testing.assert_array_equal(main.expected, np.atleast_1d(reference(op, main.inputs[0], axis=axis)))
     assert [case.what for case, _ in inst.cases[1:]][-1] == "elements (data with NaN)"
     assert inst.check(build_kernel("reduce", {"BLOCK": 64, "VEC": 1}, op=op, axis=axis)) is None
+
+
+@pytest.mark.parametrize("axis, params", NAN_STRATEGIES)
+@pytest.mark.parametrize("op", ["nanmax", "nanmin"])
+def test_nanmax_and_nanmin_skip_nan_in_every_strategy(op, axis, params, rng):
+    """As np.nanmax and np.nanmin: NaN ignored, and NaN only where everything reduced was NaN."""
+    k = build_kernel("reduce", params, op=op, axis=axis)
+    shape = (1000,) if axis is None else (37, 29)
+    x = rng.standard_normal(shape).astype(np.float32)
+    x.flat[rng.choice(x.size, x.size // 3, replace=False)] = np.nan
+    if axis is not None:
+        np.moveaxis(x, axis, -1)[4] = np.nan  # one line of NaN only
+    with np.errstate(invalid="ignore"), pytest.warns(RuntimeWarning) if axis is not None else nullcontext():
+        expected = getattr(np, op)(x, axis=axis)
+    np.testing.assert_array_equal(np.atleast_1d(k(x)), np.atleast_1d(expected))
+    with pytest.raises(ValueError, match="zero-size array"):
+        k(np.zeros((0,) if axis is None else (0, 0), np.float32))

@@ -2,11 +2,12 @@
 
 ``axis=None`` treats any C-contiguous array as flat; ``axis=1`` reduces along rows (one result per row),
 ``axis=0`` down columns (one result per column). max and min follow NumPy: a NaN anywhere in what is reduced
-makes the result NaN (``np.nanmax`` would skip it).
+makes the result NaN; nanmax and nanmin skip NaN, as ``np.nanmax`` and ``np.nanmin`` do.
 """
 from __future__ import annotations
 
 import math
+import warnings
 from typing import Any, Sequence
 
 import numpy as np
@@ -15,22 +16,24 @@ from ..family import Case, FamilyArg, KernelFamily
 from ..oracle import compare_exact, unwritten
 from ..resources import resource_dir, templates_dir
 
-OPS = ("sum", "max", "min", "dot")
-ORDERED = ("max", "min")
-_IDENTITY = {"sum": "0", "dot": "0", "max": "-math.inf", "min": "math.inf"}
+OPS = ("sum", "max", "min", "dot", "nanmax", "nanmin")
+ORDERED = ("max", "min", "nanmax", "nanmin")  # compared exactly, checked also on data with infinities and NaN
+# NaN is the identity of nanmax and nanmin: fmax(NaN, x) = x, and a line of only NaN stays NaN, as in NumPy.
+_IDENTITY = {"sum": "0", "dot": "0", "max": "-math.inf", "min": "math.inf", "nanmax": "math.nan", "nanmin": "math.nan"}
 
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
     summary = "sum/max/min/dot reductions"
-    args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, or dot (sum of a*b)"),
+    args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, dot (sum of a*b), or nanmax, nanmin "
+                                         "(NaN ignored, as np.nanmax)"),
             FamilyArg("axis", (None, 0, 1), None, "all (the whole array, flat), or the axis of a 2-D array",
                       none_means="all"))
     unit = "GB/s"
     baseline = {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"}
     suite = ("1024", "65536", "1048576", "16777216", "268435456")
     dry_run_shapes = ("4099",)
-    reference_peers = ("cupy.sum", "cupy.max", "cupy.min", "cupy.dot", "cupy (a*b).sum")
+    reference_peers = ("cupy.sum", "cupy.max", "cupy.min", "cupy.dot", "cupy (a*b).sum", "cupy.nanmax", "cupy.nanmin")
 
     def __init__(self):
         self.space_file = resource_dir("search_spaces") / "reduce.yaml"
@@ -131,7 +134,7 @@ class ReduceFamily(KernelFamily):
             found.update(_torch_calls(torch, op, axis, [torch.as_tensor(a, device="cuda") for a in inputs]))
         except ImportError:
             pass
-        if axis is None and op != "dot":
+        if axis is None and op in ("sum", "max", "min"):
             from numba import cuda
 
             fn = {"sum": lambda a, b: a + b, "max": lambda a, b: max(a, b), "min": lambda a, b: min(a, b)}[op]
@@ -178,6 +181,8 @@ def _cupy_calls(cupy, op, axis, xs):
 
 
 def _torch_calls(torch, op, axis, ts):
+    if op.startswith("nan"):
+        return {}  # PyTorch has no NaN-skipping max or min
     if op == "dot":
         if axis is None:
             a, b = ts[0].ravel(), ts[1].ravel()
@@ -215,11 +220,13 @@ def _reference(op: str, inputs, axis) -> np.ndarray:
 
 
 def reference(op: str, x: np.ndarray, y: np.ndarray | None = None, axis: int | None = None) -> np.ndarray:
-    """float64 NumPy result of the reduction."""
+    """float64 NumPy result of the reduction (nanmax/nanmin of only NaN: NaN, without NumPy's warning)."""
     x64 = x.astype(np.float64)
     if op == "dot":
         return (x64 * y.astype(np.float64)).sum(axis=axis)
-    return {"sum": np.sum, "max": np.max, "min": np.min}[op](x64, axis=axis)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}[op](x64, axis=axis)
 
 
 family = ReduceFamily()

@@ -123,7 +123,7 @@ class ReduceKernel(Planned, Kernel):
         """The call on an empty input, as NumPy has it: max and min of nothing raise (where the reduced extent is
         0), a sum of nothing is 0, and an empty result needs no launch."""
         reduced = dx.size if self.axis is None else dx.shape[self.axis]
-        if reduced == 0 and self.op in ("max", "min"):
+        if reduced == 0 and self.op not in ("sum", "dot"):
             raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
         return lambda: self._enqueue(*fill(self.module, result, 0, self.simulator)) if result.size else None
 
@@ -197,5 +197,5 @@ class ReduceKernel(Planned, Kernel):
 
 
 def _host_identity(op: str) -> float:
-    return {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf}[op]
+    return {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf, "nanmax": np.nan, "nanmin": np.nan}[op]
 

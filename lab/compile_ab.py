@@ -1,0 +1,161 @@
+"""Cold compile time and SASS of every committed winner: the current renders against a saved render set.
+
+    python lab/compile_ab.py --before REV [--entries matmul/float32] [--runs 3] [--out FILE.md]
+
+REV is a git revision whose tests/golden/ holds the "before" renders (the golden renders of the committed database
+at that revision). For each distinct configuration of the committed database (both GPU files), each side is compiled
+in a fresh process, cold, with the real compiler for sm_90 (Numba -> NVVM -> PTX, nvJitLink -> cubin; no GPU
+needed), RUNS times; the median wall time of the compile call is reported. The cubin's SASS (nvdisasm, from
+`pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA/DMMA (the math),
+LDS, LDG and all instructions, and ptxas gives registers and spills. Prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+CHILD = r'''
+import json, sys, time
+from autotune.build import build_kernel
+from autotune.compiler import load_source, ptx_of, resource_report
+from autotune.problem import Problem
+job = json.loads(sys.argv[1])
+problem = Problem(job["kind"], tuple(job["shape"]), job["dtype"], job["args"])
+kernel = build_kernel(job["kind"], job["params"], job["dtype"], **problem.family)
+if job["source"] is not None:
+    kernel = problem.impl.make_kernel(load_source(job["source"]), kernel.params, kernel.dtype, kernel.args,
+                                      job["source"], False)
+t = time.perf_counter()
+report = resource_report(kernel.entry, kernel.signature)
+seconds = time.perf_counter() - t
+from cuda.core import Linker, LinkerOptions, ObjectCode
+ptx = ptx_of(kernel.entry, kernel.signature)
+cubin = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch="sm_90")).link("cubin").code
+open(job["cubin"], "wb").write(cubin)
+print(json.dumps({"seconds": seconds, "registers": report.registers,
+                  "spill": report.spill_stores + report.spill_loads, "lines": kernel.source.count("\n")}))
+'''
+
+
+def nvdisasm() -> str:
+    found = shutil.which("nvdisasm")
+    if found:
+        return found
+    import nvidia
+
+    for base in nvidia.__path__:
+        for candidate in Path(base).glob("cu*/bin/nvdisasm"):
+            return str(candidate)
+    raise SystemExit("nvdisasm not found: pip install nvidia-cuda-nvdisasm")
+
+
+def hottest_loop(sass: str) -> list[str]:
+    """Instructions between a label and the backward branch to it that spans the most instructions."""
+    lines = [line for line in sass.splitlines() if line.strip()]
+    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*\.?(L_x_\d+):", line))}
+    best: list[str] = []
+    for i, line in enumerate(lines):
+        m = re.search(r"BRA\s+`?\(?\.?(L_x_\d+)", line)
+        if m and m.group(1) in labels and labels[m.group(1)] < i and i - labels[m.group(1)] > len(best):
+            best = lines[labels[m.group(1)]:i + 1]
+    return best
+
+
+def opcode(line: str) -> str | None:
+    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
+    return m.group(1).split(".")[0] if m else None
+
+
+def loop_counts(cubin: Path) -> dict[str, int]:
+    sass = subprocess.run([nvdisasm(), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
+    mix = collections.Counter(op for line in hottest_loop(sass) if (op := opcode(line)))
+    return {"math": mix["FFMA"] + mix["DMMA"] + mix["HMMA"], "LDS": mix["LDS"], "LDG": mix["LDG"],
+            "all": sum(mix.values())}
+
+
+def measure(job: dict, source: str | None, runs: int) -> dict:
+    times, result = [], {}
+    for _ in range(runs):
+        with tempfile.TemporaryDirectory() as cache:
+            cubin = Path(cache) / "k.cubin"
+            env = {**{k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"},
+                   "AUTOTUNE_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+            out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({**job, "source": source,
+                                                                            "cubin": str(cubin)})],
+                                 capture_output=True, text=True, env=env)
+            if out.returncode:
+                raise SystemExit(f"compile failed for {job['key']}:\n{out.stderr[-2000:]}")
+            result = json.loads(out.stdout.strip().splitlines()[-1])
+            times.append(result["seconds"])
+            result["loop"] = loop_counts(cubin)
+    return {**result, "seconds": statistics.median(times)}
+
+
+def golden_at(rev: str) -> dict[str, str]:
+    import yaml
+
+    show = lambda path: subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True,  # noqa: E731
+                                       capture_output=True, text=True).stdout
+    index = yaml.safe_load(show("tests/golden/index.yaml"))
+    return {name: show(f"tests/golden/renders/{sha}.py") for name, sha in index.items() if name.endswith(" gpu")}
+
+
+def jobs(prefix: str) -> list[tuple[dict, str]]:
+    """One job per distinct configuration of the committed database, with the golden index name of one entry."""
+    sys.path.insert(0, str(ROOT))
+    from autotune.db import load_file
+
+    seen, found = set(), []
+    for path in sorted((ROOT / "tuned_db").glob("*.yaml")):
+        for e in load_file(path, strict=True).entries:
+            if not e.problem.key.startswith(prefix):
+                continue
+            config = (e.problem.kind, e.problem.dtype, json.dumps(e.problem.family, sort_keys=True),
+                      json.dumps(e.params, sort_keys=True))
+            if config in seen:
+                continue
+            seen.add(config)
+            job = {"key": e.problem.key, "kind": e.problem.kind, "shape": list(e.problem.shape),
+                   "dtype": e.problem.dtype, "args": e.problem.family, "params": e.params}
+            found.append((job, f"{path.name}: {e.problem.key} gpu"))
+    return found
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--before", required=True, help="git revision whose tests/golden/ holds the before renders")
+    ap.add_argument("--entries", default="", help="only keys starting with this (e.g. matmul/float32)")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--out", help="also write the table to this file")
+    a = ap.parse_args()
+    before = golden_at(a.before)
+    rows = ["| entry | lines before / after | compile s before / after | registers before / after | spill B | "
+            "math per trip | LDS | LDG | all instructions per trip before / after |", "|" + "---|" * 9]
+    for job, golden_name in jobs(a.entries):
+        old = measure(job, before[golden_name], a.runs)
+        new = measure(job, None, a.runs)
+        same = all(old["loop"][k] == new["loop"][k] for k in ("math", "LDS", "LDG"))
+        rows.append(f"| {job['key']} | {old['lines']} / {new['lines']} | {old['seconds']:.1f} / {new['seconds']:.1f} | "
+                    f"{old['registers']} / {new['registers']} | {old['spill']} / {new['spill']} | "
+                    f"{old['loop']['math']} / {new['loop']['math']} | {old['loop']['LDS']} / {new['loop']['LDS']} | "
+                    f"{old['loop']['LDG']} / {new['loop']['LDG']} | {old['loop']['all']} / {new['loop']['all']}"
+                    f"{'' if same else ' (DIFFERENT)'} |")
+        print(rows[-1], flush=True)
+    text = "\n".join(rows)
+    print("\n" + text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

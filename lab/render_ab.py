@@ -1,0 +1,151 @@
+"""On a GPU: every committed winner's current render against a saved render set, timed in one process.
+
+    python lab/render_ab.py --export REV DIR          # on a machine with the git history: save REV's golden renders
+    python lab/render_ab.py --before DIR [--entries PREFIX] [--rounds 3] [--out FILE.md]
+    python lab/render_ab.py --nan-cost [--out FILE.md]  # max/min against nanmax/nanmin, same configuration
+
+For each distinct configuration of this GPU model's committed entries, both versions are compiled ahead in
+parallel processes (Numba's disk cache), checked by the family's oracle on fresh data (a wrong version stops the
+run), then timed in ``--rounds`` alternating rounds with autotune's own method (CUDA events, L2 flushed before
+each call, the call queued behind a short GPU sleep, median over ~100 ms). Reported: the median of the round
+medians of each and their ratio (after / before), with each version's registers. ``--nan-cost`` does the same for
+each max/min entry against the NaN-ignoring op with the identical configuration: what propagating NaN costs.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def export(rev: str, folder: Path) -> None:
+    import yaml
+
+    show = lambda path: subprocess.run(["git", "show", f"{rev}:{path}"], cwd=ROOT, check=True,  # noqa: E731
+                                       capture_output=True, text=True).stdout
+    index = yaml.safe_load(show("tests/golden/index.yaml"))
+    (folder / "renders").mkdir(parents=True, exist_ok=True)
+    (folder / "index.yaml").write_text(yaml.safe_dump(index))
+    for sha in set(index.values()):
+        (folder / "renders" / f"{sha}.py").write_text(show(f"tests/golden/renders/{sha}.py"))
+    print(f"saved {len(index)} renders of {rev} in {folder}")
+
+
+def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, object, str | None, dict]]:
+    """(label, problem, before source or None, after arguments) per distinct configuration of this GPU's entries."""
+    import yaml
+
+    from autotune.db import db_path, load_file
+    from autotune.device import current_device
+    from autotune.problem import Problem
+
+    path = db_path(ROOT / "tuned_db", current_device().name)
+    index = yaml.safe_load((before / "index.yaml").read_text()) if before else {}
+    found, seen = [], set()
+    for e in load_file(path, strict=True).entries:
+        p = e.problem
+        if not p.key.startswith(prefix) or (nan_cost and p.family.get("op") not in ("max", "min")):
+            continue
+        config = (p.kind, p.dtype, repr(sorted(p.family.items(), key=str)), repr(sorted(e.params.items())))
+        if config in seen:
+            continue
+        seen.add(config)
+        if nan_cost:
+            other = Problem(p.kind, p.shape, p.dtype, {**p.family, "op": "nan" + p.family["op"]})
+            found.append((p.key, p, None, {"params": e.params, "problem": other}))
+        else:
+            sha = index[f"{path.name}: {p.key} gpu"]
+            found.append((p.key, p, (before / "renders" / f"{sha}.py").read_text(), {"params": e.params}))
+    return found
+
+
+def _compile(job) -> str:
+    """Compile one version in a fresh process, filling the disk cache for the timing process."""
+    kind, dtype, family, params, source = job
+    from autotune.build import build_kernel
+    from autotune.compiler import load_source
+    from autotune.registry import family as family_named
+
+    kernel = build_kernel(kind, params, dtype, **family)
+    if source is not None:
+        kernel = family_named(kind).make_kernel(load_source(source), kernel.params, dtype, kernel.args, source, False)
+    kernel.entry.compile(kernel.signature)
+    return kind
+
+
+def kernels_for(problem, source, params):
+    from autotune.build import build_kernel
+    from autotune.compiler import load_source
+
+    kernel = build_kernel(problem.kind, params, problem.dtype, **problem.family)
+    if source is None:
+        return kernel
+    return problem.impl.make_kernel(load_source(source), kernel.params, problem.dtype, kernel.args, source, False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--export", nargs=2, metavar=("REV", "DIR"))
+    ap.add_argument("--before", type=Path)
+    ap.add_argument("--nan-cost", action="store_true")
+    ap.add_argument("--entries", default="")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--out")
+    a = ap.parse_args()
+    if a.export:
+        export(a.export[0], Path(a.export[1]))
+        return
+    import numpy as np
+
+    from autotune.compiler import ResourceReport
+    from autotune.device import current_device
+    from autotune.problem import Instance
+    from autotune.timing import L2Flusher, bench
+
+    work = pairs(a.before, a.entries, a.nan_cost)
+    jobs = []
+    for _, problem, source, after in work:
+        other = after.get("problem", problem)
+        jobs.append((problem.kind, problem.dtype, dict(problem.family), after["params"], source))
+        jobs.append((other.kind, other.dtype, dict(other.family), after["params"], None))
+    with cf.ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 1), mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_compile, jobs))
+    device, flusher, rng = current_device(), L2Flusher(), np.random.default_rng()
+    header = ("| entry | before ms | after ms | after / before | registers before / after |" if not a.nan_cost else
+              "| entry | NaN-propagating ms | NaN-ignoring ms | propagating / ignoring | registers |")
+    rows = [f"GPU: {device.name}; {a.rounds} alternating rounds; medians of round medians (CUDA events, L2 flushed)",
+            "", header, "|---|---|---|---|---|"]
+    for label, problem, source, after in work:
+        other = after.get("problem", problem)
+        first = kernels_for(problem, source if not a.nan_cost else None, after["params"])
+        second = kernels_for(other, None, after["params"])
+        instances = [Instance(problem, rng), Instance(other, rng) if other is not problem else None]
+        for kernel, inst in ((first, instances[0]), (second, instances[1] or instances[0])):
+            error = inst.check(kernel)
+            if error:
+                raise SystemExit(f"{label}: a version computes a wrong result: {error}")
+        times = {0: [], 1: []}
+        for _ in range(a.rounds):
+            for side, (kernel, inst) in enumerate(((first, instances[0]), (second, instances[1] or instances[0]))):
+                times[side].append(bench(lambda: inst.run(kernel, timing=True), flush=flusher).median_ms)
+        t0, t1 = statistics.median(times[0]), statistics.median(times[1])
+        regs = [ResourceReport.from_dispatcher(k.entry, device.cc).registers for k in (first, second)]
+        ratio = t1 / t0 if not a.nan_cost else t0 / t1
+        rows.append(f"| {label} | {t0:.4f} | {t1:.4f} | {ratio:.3f} | {regs[0]} / {regs[1]} |")
+        print(rows[-1], flush=True)
+    text = "\n".join(rows)
+    print("\n" + text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,144 @@
+"""The register-tile intrinsics route every value to the right place: their LLVM IR, generated as for the GPU, is
+compiled and run on the CPU (llvmlite's JIT) and compared with NumPy. The simulator runs Python stand-ins of them,
+so without this only a GPU would check the code the GPU runs."""
+import ctypes
+
+import llvmlite.binding as llvm
+import numpy as np
+import pytest
+from llvmlite import ir
+from numba.core import types
+
+from autotune import intrinsics
+
+
+def definition(intrinsic):
+    """The typing-and-codegen function of a Numba intrinsic (a private attribute, read here alone)."""
+    defn = getattr(intrinsic, "_defn", None)
+    if defn is None:
+        pytest.fail("numba-cuda's intrinsic object no longer has _defn: update tests/test_intrinsics.py")
+    return defn
+
+
+class CpuContext:
+    """What the codegen functions use of Numba's target context, for values already of the right type."""
+
+    def cast(self, builder, value, fromty, toty):
+        assert fromty == toty
+        return value
+
+
+def llvm_type(ty):
+    if isinstance(ty, types.BaseTuple):
+        inner = [llvm_type(t) for t in ty]
+        return ir.ArrayType(inner[0], len(inner)) if isinstance(ty, types.UniTuple) else ir.LiteralStructType(inner)
+    return ir.DoubleType() if ty == types.float64 else ir.FloatType()
+
+
+def scalars(ty):
+    return [x for t in ty for x in scalars(t)] if isinstance(ty, types.BaseTuple) else [ty]
+
+
+def run_codegen(codegen, sig, inputs: list[np.ndarray], dtype) -> np.ndarray:
+    """Build f(out, in0, in1, ...) whose arguments are flat arrays packed into the intrinsic's argument types, call
+    the codegen on them, JIT the module for this CPU, run it and return the flattened result."""
+    scalar = ir.DoubleType() if dtype == np.float64 else ir.FloatType()
+    module = ir.Module(name="intrinsic_test")
+    fnty = ir.FunctionType(ir.VoidType(), [scalar.as_pointer()] * (1 + len(sig.args)))
+    fn = ir.Function(module, fnty, name="run")
+    builder = ir.IRBuilder(fn.append_basic_block())
+
+    def pack(ty, pointer, position):
+        if isinstance(ty, types.BaseTuple):
+            value = ir.Constant(llvm_type(ty), ir.Undefined)
+            for i, t in enumerate(ty):
+                item, position = pack(t, pointer, position)
+                value = builder.insert_value(value, item, i)
+            return value, position
+        element = builder.gep(pointer, [ir.Constant(ir.IntType(64), position)])
+        return builder.load(element), position + 1
+
+    args = [pack(ty, fn.args[1 + n], 0)[0] for n, ty in enumerate(sig.args)]
+    result = codegen(CpuContext(), builder, sig, args)
+    for k in range(sig.return_type.count):
+        builder.store(builder.extract_value(result, k), builder.gep(fn.args[0], [ir.Constant(ir.IntType(64), k)]))
+    builder.ret_void()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    target = llvm.Target.from_default_triple().create_target_machine()
+    compiled = llvm.parse_assembly(str(module))
+    engine = llvm.create_mcjit_compiler(compiled, target)
+    engine.finalize_object()
+    out = np.full(sig.return_type.count, np.nan, dtype)
+    inputs = [np.ascontiguousarray(x, dtype) for x in inputs]
+    pointer = ctypes.POINTER(ctypes.c_double if dtype == np.float64 else ctypes.c_float)
+    call = ctypes.CFUNCTYPE(None, *[pointer] * (1 + len(inputs)))(engine.get_function_address("run"))
+    call(out.ctypes.data_as(pointer), *[x.ctypes.data_as(pointer) for x in inputs])
+    return out
+
+
+def as_tile(flat: np.ndarray, rows: int, columns: int) -> np.ndarray:
+    """The (rows, columns) tile a tuple holds, by intrinsics.tile_slot."""
+    return np.array([[flat[intrinsics.tile_slot(rows * columns, i, j, columns)] for j in range(columns)]
+                     for i in range(rows)])
+
+
+def from_tile(tile: np.ndarray) -> np.ndarray:
+    rows, columns = tile.shape
+    flat = np.empty(rows * columns, tile.dtype)
+    for i in range(rows):
+        for j in range(columns):
+            flat[intrinsics.tile_slot(rows * columns, i, j, columns)] = tile[i, j]
+    return flat
+
+
+@pytest.mark.parametrize("tm, tn, va, vb, dtype", [(16, 8, 4, 4, np.float32), (8, 4, 4, 4, np.float32),
+                                                    (4, 8, 1, 4, np.float32), (2, 2, 2, 1, np.float64)])
+def test_fma_tile_adds_the_outer_product_into_the_right_elements(tm, tn, va, vb, dtype):
+    rng = np.random.default_rng()
+    scalar = types.float64 if dtype == np.float64 else types.float32
+    vector = lambda width: scalar if width == 1 else types.UniTuple(scalar, width)  # noqa: E731
+    acc_ty = types.UniTuple(scalar, tm * tn)
+    a_ty, b_ty = types.Tuple([vector(va)] * (tm // va)), types.Tuple([vector(vb)] * (tn // vb))
+    sig, codegen = definition(intrinsics.fma_tile)(None, acc_ty, a_ty, b_ty)
+    tile = rng.integers(-8, 9, (tm, tn)).astype(dtype)
+    a, b = rng.integers(-8, 9, tm).astype(dtype), rng.integers(-8, 9, tn).astype(dtype)
+    out = run_codegen(codegen, sig, [from_tile(tile), a, b], dtype)
+    np.testing.assert_array_equal(as_tile(out, tm, tn), tile + np.outer(a, b))
+
+
+@pytest.mark.parametrize("tm, tn, k", [(8, 8, 4), (2, 8, 4), (4, 4, 8), (2, 2, 16)])
+def test_dmma_tile_routes_fragments_and_results_to_the_right_places(tm, tn, k, monkeypatch):
+    """Each mma of the warp's tile gets its A and B fragments (fa[i * k/4 + q], fb[nj * k/4 + q]) and its four tile
+    elements (rows 2mi, 2mi+1; columns 2nj, 2nj+1): checked with the mma replaced by a function of its operands
+    that tells them apart, c + (sum of a * weights) * (sum of b * weights)."""
+    q = k // 4
+
+    def fake_mma(builder, steps, a, b, c):
+        assert steps == k and len(a) == k // 2 and len(b) == q and len(c) == 4
+        weigh = lambda values: [builder.fmul(v, ir.Constant(v.type, float(10 ** n))) for n, v in enumerate(values)]  # noqa
+        sa, sb = weigh(a)[0], weigh(b)[0]
+        for v in weigh(a)[1:]:
+            sa = builder.fadd(sa, v)
+        for v in weigh(b)[1:]:
+            sb = builder.fadd(sb, v)
+        product = builder.fmul(sa, sb)
+        return [builder.fadd(x, builder.fmul(product, ir.Constant(x.type, float(e + 1)))) for e, x in enumerate(c)]
+
+    monkeypatch.setattr(intrinsics, "_dmma", fake_mma)
+    acc_ty = types.UniTuple(types.float64, tm * tn)
+    fa_ty, fb_ty = types.UniTuple(types.float64, tm * q), types.UniTuple(types.float64, (tn // 2) * q)
+    sig, codegen = definition(intrinsics.dmma_tile)(None, acc_ty, fa_ty, fb_ty, types.IntegerLiteral(k))
+    rng = np.random.default_rng()
+    tile = rng.integers(-8, 9, (tm, tn)).astype(np.float64)
+    fa, fb = rng.integers(1, 9, tm * q).astype(np.float64), rng.integers(1, 9, (tn // 2) * q).astype(np.float64)
+    out = as_tile(run_codegen(codegen, sig, [from_tile(tile), fa, fb], np.float64), tm, tn)
+    expected = tile.copy()
+    for mi in range(tm // 2):
+        for nj in range(tn // 2):
+            a = [fa[(2 * mi + x % 2) * q + x // 2] for x in range(k // 2)]
+            b = [fb[nj * q + y] for y in range(q)]
+            product = sum(v * 10 ** n for n, v in enumerate(a)) * sum(v * 10 ** n for n, v in enumerate(b))
+            for e, (i, j) in enumerate((i, j) for i in (0, 1) for j in (0, 1)):
+                expected[2 * mi + i, 2 * nj + j] += product * (e + 1)
+    np.testing.assert_array_equal(out, expected)
