@@ -329,9 +329,9 @@ def minimum(typingctx, a, b):
 
 
 def tile_slot(count: int, i: int, j: int, columns: int) -> int:
-    """Where a register tile's element (i, j) lives in its tuple: reverse row-major order. ptxas allocates the
-    loop's accumulators as it did for the statements the tuple replaced only in this order (in row-major order,
-    two 128-register variants spilled)."""
+    """Where a register tile's element (i, j) lives in its tuple: reverse row-major order, the order in which
+    Numba's SSA form of separately named accumulators had numbered them (ptxas allocates registers by it; in
+    row-major order more variants spilled)."""
     return count - 1 - (i * columns + j)
 
 
@@ -340,42 +340,6 @@ def _flat(builder, value, ty) -> list:
     if isinstance(ty, types.BaseTuple):
         return [x for i, t in enumerate(ty) for x in _flat(builder, builder.extract_value(value, i), t)]
     return [value]
-
-
-def _flat_types(ty) -> list:
-    return [x for t in ty for x in _flat_types(t)] if isinstance(ty, types.BaseTuple) else [ty]
-
-
-@intrinsic
-def fma_tile(typingctx, acc, a, b):
-    """The outer-product step of a register-tiled matmul: tile element (i, j) += a[i] * b[j] for every i, j.
-
-    acc is the tile, a tuple of TM * TN values (element (i, j) at ``tile_slot``); a and b give TM and TN values,
-    as scalars or vectors (tuples from vload).
-    One call replaces TM * TN statements in the kernel source, which is what Numba's front end spends its time
-    on; the code is the same multiply and add per element (NVVM fuses them into FMA, as it fused the statements)."""
-    if not isinstance(acc, types.UniTuple) or not isinstance(acc.dtype, types.Float):
-        raise TypeError(f"fma_tile: acc must be a tuple of floats, got {acc}")
-    n_a, n_b = len(_flat_types(a)), len(_flat_types(b))
-    if n_a * n_b != acc.count:
-        raise TypeError(f"fma_tile: {acc.count} accumulators for {n_a} x {n_b} products")
-    sig = acc(acc, a, b)
-
-    def codegen(context, builder, sig, args):
-        dtype = sig.return_type.dtype
-        a_values = [context.cast(builder, v, t, dtype)
-                    for v, t in zip(_flat(builder, args[1], sig.args[1]), _flat_types(sig.args[1]))]
-        b_values = [context.cast(builder, v, t, dtype)
-                    for v, t in zip(_flat(builder, args[2], sig.args[2]), _flat_types(sig.args[2]))]
-        result = args[0]
-        for i, x in enumerate(a_values):
-            for j, y in enumerate(b_values):
-                k = tile_slot(len(a_values) * len(b_values), i, j, len(b_values))
-                total = builder.fadd(builder.extract_value(args[0], k), builder.fmul(x, y))
-                result = builder.insert_value(result, total, k)
-        return result
-
-    return sig, codegen
 
 
 @intrinsic
@@ -392,27 +356,6 @@ def tile_of(typingctx, value, count):
     return sig, codegen
 
 
-@intrinsic
-def opaque(typingctx, value):
-    """``value`` itself, through an instruction the optimiser cannot see through or move: what is computed from it
-    afterwards is computed there, not merged with the same computation earlier (which would keep its result in a
-    register all the way). A volatile ``mov`` in PTX, which ptxas removes."""
-    if not isinstance(value, types.Integer):
-        raise TypeError(f"opaque takes an integer, got {value}")
-    sig = value(value)
-
-    def codegen(context, builder, sig, args):
-        width = sig.args[0].bitwidth
-        if width not in (32, 64):
-            raise TypeError(f"opaque takes a 32- or 64-bit integer, not {width}-bit")
-        kind = "r" if width == 32 else "l"
-        asm = ir.InlineAsm(ir.FunctionType(args[0].type, [args[0].type]), f"mov.b{width} $0, $1;", f"={kind},{kind}",
-                           side_effect=True)
-        return builder.call(asm, [args[0]])
-
-    return sig, codegen
-
-
-__all__ = ["atomic_max_nan", "atomic_min_nan", "fma_tile", "maximum", "minimum", "opaque", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
+__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
            "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile", "red_add1", "red_add2", "red_add4", "tile_of",
            "vload2", "vload4", "vstore2", "vstore4"]

@@ -1,12 +1,14 @@
 """On a GPU: every committed winner's current render against a saved render set, timed in one process.
 
     python lab/render_ab.py --export REV DIR          # on a machine with the git history: save REV's golden renders
-    python lab/render_ab.py --before DIR [--entries PREFIX] [--rounds 3] [--out FILE.md]
+    python lab/render_ab.py --save-current DIR        # save the current templates' renders of the committed winners
+    python lab/render_ab.py --before DIR [--candidate NAME=DIR ...] [--entries PREFIX] [--rounds 3] [--out FILE.md]
     python lab/render_ab.py --nan-cost [--out FILE.md]  # max/min against nanmax/nanmin, same configuration
 
 For each distinct configuration of this GPU model's committed entries, both versions are compiled ahead in
 parallel processes (Numba's disk cache), checked by the family's oracle on fresh data (a wrong version stops the
-run), then timed in ``--rounds`` alternating rounds with autotune's own method (CUDA events, L2 flushed before
+run), then timed in ``--rounds`` alternating rounds (with ``--candidate``, saved render sets take the place of the
+current renders, several at once) with autotune's own method (CUDA events, L2 flushed before
 each call, the call queued behind a short GPU sleep, median over ~100 ms). Reported: the median of the round
 medians of each and their ratio (after / before), with each version's registers. ``--nan-cost`` does the same for
 each max/min entry against the NaN-ignoring op with the identical configuration: what propagating NaN costs.
@@ -37,6 +39,15 @@ def export(rev: str, folder: Path) -> None:
     for sha in set(index.values()):
         (folder / "renders" / f"{sha}.py").write_text(show(f"tests/golden/renders/{sha}.py"))
     print(f"saved {len(index)} renders of {rev} in {folder}")
+
+
+def save_current(folder: Path) -> None:
+    sys.path.insert(0, str(ROOT / "tests"))
+    import golden
+
+    golden.GOLDEN = folder
+    golden.write(golden.current_renders())
+    print(f"saved the current renders in {folder}")
 
 
 def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, object, str | None, dict]]:
@@ -96,12 +107,20 @@ def main() -> None:
     ap.add_argument("--export", nargs=2, metavar=("REV", "DIR"))
     ap.add_argument("--before", type=Path)
     ap.add_argument("--nan-cost", action="store_true")
+    ap.add_argument("--save-current", type=Path)
+    ap.add_argument("--candidate", action="append", default=[], metavar="NAME=DIR")
     ap.add_argument("--entries", default="")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--out")
     a = ap.parse_args()
     if a.export:
         export(a.export[0], Path(a.export[1]))
+        return
+    if a.save_current:
+        save_current(a.save_current)
+        return
+    if a.candidate:
+        compare_sets(a)
         return
     import numpy as np
 
@@ -140,6 +159,56 @@ def main() -> None:
         regs = [ResourceReport.from_dispatcher(k.entry, device.cc).registers for k in (first, second)]
         ratio = t1 / t0 if not a.nan_cost else t0 / t1
         rows.append(f"| {label} | {t0:.4f} | {t1:.4f} | {ratio:.3f} | {regs[0]} / {regs[1]} |")
+        print(rows[-1], flush=True)
+    text = "\n".join(rows)
+    print("\n" + text)
+    if a.out:
+        Path(a.out).write_text(text + "\n")
+
+
+def compare_sets(a) -> None:
+    """The baseline set against each candidate set, every version of an entry timed in the same rounds."""
+    import numpy as np
+    import yaml
+
+    from autotune.compiler import ResourceReport
+    from autotune.device import current_device
+    from autotune.problem import Instance
+    from autotune.timing import L2Flusher, bench
+
+    sets = [("before", a.before)] + [tuple(c.split("=", 1)) for c in a.candidate]
+    sets = [(name, Path(folder)) for name, folder in sets]
+    indexes = {name: yaml.safe_load((folder / "index.yaml").read_text()) for name, folder in sets}
+    work = pairs(a.before, a.entries, False)
+    source = lambda name, folder, label: (folder / "renders" / f"{indexes[name][label]}.py").read_text()  # noqa
+    from autotune.db import db_path
+
+    file_name = db_path(ROOT / "tuned_db", current_device().name).name
+    jobs = [(p.kind, p.dtype, dict(p.family), after["params"], source(name, folder, f"{file_name}: {label} gpu"))
+            for label, p, _, after in work for name, folder in sets]
+    with cf.ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 1), mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(_compile, jobs))
+    device, flusher, rng = current_device(), L2Flusher(), np.random.default_rng()
+    names = [name for name, _ in sets]
+    rows = [f"GPU: {device.name}; {a.rounds} alternating rounds; medians of round medians (CUDA events, L2 flushed)",
+            "", "| entry | " + " | ".join(f"{n} ms" for n in names) + " | " +
+            " | ".join(f"{n} / before" for n in names[1:]) + " | registers |", "|" + "---|" * (2 * len(names) + 1)]
+    for label, problem, _, after in work:
+        kernels = [kernels_for(problem, source(name, folder, f"{file_name}: {label} gpu"), after["params"])
+                   for name, folder in sets]
+        inst = Instance(problem, rng)
+        for name, kernel in zip(names, kernels):
+            error = inst.check(kernel)
+            if error:
+                raise SystemExit(f"{label} {name}: wrong result: {error}")
+        times = [[] for _ in kernels]
+        for _ in range(a.rounds):
+            for side, kernel in enumerate(kernels):
+                times[side].append(bench(lambda: inst.run(kernel, timing=True), flush=flusher).median_ms)
+        medians = [statistics.median(t) for t in times]
+        regs = [ResourceReport.from_dispatcher(k.entry, device.cc).registers for k in kernels]
+        rows.append(f"| {label} | " + " | ".join(f"{m:.4f}" for m in medians) + " | " +
+                    " | ".join(f"{m / medians[0]:.3f}" for m in medians[1:]) + f" | {' / '.join(map(str, regs))} |")
         print(rows[-1], flush=True)
     text = "\n".join(rows)
     print("\n" + text)
