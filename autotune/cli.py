@@ -370,16 +370,18 @@ def run_tune(args) -> int:
     results = []
     target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
+    write = (args.write_db or not sim) and not args.no_db
     for problem in problems:
         print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler})",
               file=sys.stderr)
         incumbent, neighbours = tuning_starts(start_files, problem)
         results.append(Tuner(problem, config, device, incumbent=incumbent, neighbours=neighbours).run())
+        if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
+            for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
+                print(line, file=sys.stderr)
     print(report.tune_table(results, device))
-    write = (args.write_db or not sim) and not args.no_db
     if write:
-        for line in report.write_results(results, device, args.db, config, force=args.force):
-            print(line)
+        print(f"database: {target}")
     elif sim:
         print("(simulator: nothing written to the database; --write-db to write anyway)")
     return 0 if all(r.best for r in results) else 1
