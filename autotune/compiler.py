@@ -36,6 +36,7 @@ def load_source(source: str) -> ModuleType:
     name = f"autotune_generated_{path.stem}"
     if name in sys.modules:
         return sys.modules[name]
+    _speed_up_numba()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -47,6 +48,14 @@ def load_source(source: str) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
+
+
+def _speed_up_numba() -> None:
+    """The linear lowering pass (``numba_lowering``), before the first kernel is compiled; not in the simulator."""
+    from . import backend, numba_lowering
+
+    if not backend.simulator():
+        numba_lowering.install()
 
 
 @dataclass(frozen=True)

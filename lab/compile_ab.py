@@ -1,13 +1,14 @@
 """Cold compile time and SASS of every committed winner: the current renders against a saved render set.
 
-    python lab/compile_ab.py --before REV [--entries matmul/float32] [--runs 3] [--out FILE.md]
+    python lab/compile_ab.py --before REV [--before-env NAME=VALUE] [--entries matmul/float32] [--runs 3] [--out FILE.md]
 
 REV is a git revision whose tests/golden/ holds the "before" renders (the golden renders of the committed database
 at that revision). For each distinct configuration of the committed database (both GPU files), each side is compiled
 in a fresh process, cold, with the real compiler for sm_90 (Numba -> NVVM -> PTX, nvJitLink -> cubin; no GPU
 needed), RUNS times; the median wall time of the compile call is reported. The cubin's SASS (nvdisasm, from
 `pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA/DMMA (the math),
-LDS, LDG and all instructions, and ptxas gives registers and spills. Prints a Markdown table.
+LDS, LDG and all instructions, and ptxas gives registers and spills. Prints a Markdown table. ``--before-env``
+sets environment variables for the before side only (``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own lowering pass).
 """
 from __future__ import annotations
 
@@ -83,13 +84,13 @@ def loop_counts(cubin: Path) -> dict[str, int]:
             "all": sum(mix.values())}
 
 
-def measure(job: dict, source: str | None, runs: int) -> dict:
+def measure(job: dict, source: str | None, runs: int, extra_env: dict[str, str] | None = None) -> dict:
     times, result = [], {}
     for _ in range(runs):
         with tempfile.TemporaryDirectory() as cache:
             cubin = Path(cache) / "k.cubin"
             env = {**{k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"},
-                   "AUTOTUNE_CACHE_DIR": cache, "PYTHONPATH": str(ROOT)}
+                   "AUTOTUNE_CACHE_DIR": cache, "PYTHONPATH": str(ROOT), **(extra_env or {})}
             out = subprocess.run([sys.executable, "-c", CHILD, json.dumps({**job, "source": source,
                                                                             "cubin": str(cubin)})],
                                  capture_output=True, text=True, env=env)
@@ -134,15 +135,18 @@ def jobs(prefix: str) -> list[tuple[dict, str]]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="git revision whose tests/golden/ holds the before renders")
+    ap.add_argument("--before-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="an environment variable for the before side only (repeatable)")
     ap.add_argument("--entries", default="", help="only keys starting with this (e.g. matmul/float32)")
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
     before = golden_at(a.before)
+    before_env = dict(item.split("=", 1) for item in a.before_env)
     rows = ["| entry | lines before / after | compile s before / after | registers before / after | spill B | "
             "math per trip | LDS | LDG | all instructions per trip before / after |", "|" + "---|" * 9]
     for job, golden_name in jobs(a.entries):
-        old = measure(job, before[golden_name], a.runs)
+        old = measure(job, before[golden_name], a.runs, before_env)
         new = measure(job, None, a.runs)
         same = all(old["loop"][k] == new["loop"][k] for k in ("math", "LDS", "LDG"))
         rows.append(f"| {job['key']} | {old['lines']} / {new['lines']} | {old['seconds']:.1f} / {new['seconds']:.1f} | "
