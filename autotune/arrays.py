@@ -52,9 +52,10 @@ def is_f_contiguous(d) -> bool:
     return d.size <= 1 or d.is_f_contiguous()
 
 
-def flat(d):
-    """A 1-D view of a C-contiguous device array."""
-    return d.reshape(d.size)
+def flat(d, order: str = "C"):
+    """A 1-D view of a C-contiguous (``order="C"``) or F-contiguous (``"F"``) device array: its elements in memory
+    order, never a copy (a device array's ``.T`` is a transposing copy by Numba's own kernel, not a view)."""
+    return d.reshape(d.size, order=order)
 
 
 def aligned(d, width: int) -> bool:

@@ -241,6 +241,9 @@ def _selftest_parser(sub) -> None:
     s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
                    help="only this family (repeatable; default: the built-in ones)")
     s.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
+    s.add_argument("--compile-timeout", type=_positive_float, default=300.0,
+                   help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
+                        "would skip them (default 300, as tune's)")
     s.set_defaults(run=run_selftest)
 
 
@@ -410,7 +413,8 @@ def run_selftest(args) -> int:
 
         cuda.select_device(_devices(args.device)[0])
     kinds = tuple(family_named(k).name for k in (args.kinds or BUILTIN))
-    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype or ("float32", "float64"))) else 1
+    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype or ("float32", "float64")),
+                         compile_timeout_s=args.compile_timeout) else 1
 
 
 def parse_param(text: str) -> tuple[str, object]:

@@ -21,6 +21,7 @@ from .registry import family as family_named
 from .space import load_space
 
 SIMULATOR_VARIANTS = 1  # per family and arguments, in the simulator, where every GPU thread is a Python thread
+COMPILE_TIMEOUT_S = 300.0  # as ``autotune tune --compile-timeout``
 
 
 def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator) -> list:
@@ -48,15 +49,20 @@ def _cheap(space) -> dict:
     return {name: (min(p.values),) for name, p in space.params.items() if isinstance(p.values[0], int)}
 
 
-def selftest(small: bool = False, kinds=None, dtypes=("float32", "float64"), out=sys.stdout) -> bool:
-    """Check the families ``kinds`` (default: the built-in ones); True when every check passed."""
+def selftest(small: bool = False, kinds=None, dtypes=("float32", "float64"), out=sys.stdout,
+             compile_timeout_s: float = COMPILE_TIMEOUT_S) -> bool:
+    """Check the families ``kinds`` (default: the built-in ones); True when every check passed.
+
+    On the GPU every variant is compiled ahead in parallel; one whose compile takes longer than
+    ``compile_timeout_s`` (the tuner's default limit, so tuning never picks it either) is named and not checked.
+    """
     from .registry import BUILTIN
 
     rng = np.random.default_rng()
     kinds = tuple(kinds or BUILTIN)
     plan = plan_for(kinds, dtypes, small, rng)
     if not small:
-        compile_ahead(plan, out)
+        plan = compile_ahead(plan, compile_timeout_s, out)
     return check_plan(plan, rng, out)
 
 
@@ -97,28 +103,64 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
     size = int(np.prod(problem.out_shape))
     buffer = cuda.to_device(np.concatenate([host.ravel(order="K"), np.zeros(max(0, size - host.size), host.dtype)]))
     first = buffer[:host.size]
-    first = first.reshape(host.shape[::-1]).T if np.isfortran(host) and host.ndim > 1 else first.reshape(host.shape)
+    first = first.reshape(host.shape, order="F" if np.isfortran(host) else "C")
     out = buffer[:size].reshape(problem.out_shape)
     kernel(first, *args[1:], out=out)
     return problem.impl.verify(problem, case, out.copy_to_host(), rng)
 
 
-def compile_ahead(plan, out=sys.stdout) -> None:
-    """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does."""
+def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
+    """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does; the
+    plan without the variants that failed to compile or took longer than ``timeout_s``, which are named."""
     import os
+    from concurrent.futures import as_completed
 
-    from .evaluate import compile_variant
     from .records import job_for
     from .worker import compile_pool
 
-    jobs = [job_for(Problem(kind, shapes[0], dtype, args), params)
-            for kind, dtype, args, shapes, sample in plan for params in sample]
-    t0 = time.time()
+    jobs = {(i, j): job_for(Problem(kind, shapes[0], dtype, args), params)
+            for i, (kind, dtype, args, shapes, sample) in enumerate(plan) for j, params in enumerate(sample)}
+    t0, done, spills, dropped = time.time(), 0, 0, set()
+    print(f"compiling {len(jobs)} variants ({timeout_s:.0f} s at most each)", file=out, flush=True)
     with compile_pool(max(1, (os.cpu_count() or 2) - 1)) as pool:
-        reports = list(pool.map(compile_variant, jobs))
-    spills = sum(1 for r in reports if r.ok and r.resources and r.resources["spill_stores"])
-    bad = [(j, r.reason) for j, r in zip(jobs, reports) if not r.ok]
+        futures = {pool.submit(compile_within, job, timeout_s): key for key, job in jobs.items()}
+        for future in as_completed(futures):
+            key, report, done = futures[future], future.result(), done + 1
+            if not report.ok:
+                dropped.add(key)
+                j = jobs[key]
+                print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
+            elif report.resources and report.resources["spill_stores"]:
+                spills += 1
+            if done % 25 == 0 or done == len(jobs):
+                print(f"compiled {done}/{len(jobs)} in {time.time() - t0:.0f} s", file=out, flush=True)
     print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s ({spills} spill registers); "
-          f"{len(bad)} failed to compile", file=out, flush=True)
-    for j, reason in bad:
-        print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {reason}", file=out)
+          f"{len(dropped)} not compiled, not checked", file=out, flush=True)
+    return [(kind, dtype, args, shapes, [p for j, p in enumerate(sample) if (i, j) not in dropped])
+            for i, (kind, dtype, args, shapes, sample) in enumerate(plan)]
+
+
+class CompileTimeout(BaseException):
+    """A compile stopped at its time limit."""
+
+
+def compile_within(job, timeout_s: float):
+    """``evaluate.compile_variant`` in a compile process, stopped by an alarm after ``timeout_s`` (the process
+    goes on to its next job)."""
+    import signal
+
+    from .evaluate import compile_variant
+    from .records import CompileResult
+
+    def stop(signum, frame):
+        raise CompileTimeout  # not an Exception: compile_variant and Numba catch those
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.setitimer(signal.ITIMER_REAL, timeout_s)
+    try:
+        return compile_variant(job)
+    except CompileTimeout:
+        return CompileResult(ok=False, reason=f"compile took longer than {timeout_s:.0f} s")
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)

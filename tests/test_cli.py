@@ -155,3 +155,24 @@ def test_warm_compiles_a_small_database_for_a_compute_capability_without_a_gpu(t
     assert "2 of 2 compiled" in out.stdout
     none = cli("warm", cwd=tmp_path, simulator=False)
     assert none.returncode == 3 and "--cc" in none.stderr
+
+
+def test_selftest_names_and_skips_a_variant_whose_compile_runs_past_the_limit():
+    """The selftest's compile pass stops a compile at the limit, names the variant and leaves it out of the checks;
+    the variants that compiled in time stay in the plan (the real compiler, in a compile process)."""
+    import io
+
+    from autotune.selftest import compile_ahead
+
+    long_one = {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "VEC": 4, "UNROLL_K": 32}
+    plan = [("matmul", "float32", {"layout": "nn"}, [(7, 13, 5)], [{"strategy": "naive"}, long_one]),
+            ("reduce", "float32", {"op": "max", "axis": None}, [(31,)], [{"BLOCK": 64}])]
+    out = io.StringIO()
+    previous = os.environ.pop("NUMBA_ENABLE_CUDASIM")  # the compile processes inherit the real compiler
+    try:
+        kept = compile_ahead(plan, 8.0, out)
+    finally:
+        os.environ["NUMBA_ENABLE_CUDASIM"] = previous
+    assert [sample for *_, sample in kept] == [[{"strategy": "naive"}], [{"BLOCK": 64}]], out.getvalue()
+    assert "COMPILE FAIL matmul float32" in out.getvalue() and "compile took longer than 8 s" in out.getvalue()
+    assert "1 not compiled, not checked" in out.getvalue()

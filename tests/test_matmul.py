@@ -66,6 +66,28 @@ def test_transposed_layouts(layout, params, rng):
     assert_matmul_close(C, A, B)
 
 
+@pytest.mark.parametrize("layout", ["tn", "nt", "tt"])
+def test_transposed_device_operands_are_read_in_place(layout, rng, monkeypatch):
+    """A transposed operand already on the device is read where it lies: Numba's DeviceNDArray.T is a transposing
+    copy (a kernel launch and an allocation per call on the GPU), so it must never be called."""
+    from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+    def copy(*args, **kwargs):
+        raise AssertionError("a device array was transposed (copied)")
+
+    monkeypatch.setattr(FakeCUDAArray, "transpose", copy)
+    A, B, a_arg, b_arg = operands(rng, 37, 29, 41, "float32", layout)
+
+    def on_device(x, transposed):  # as the error message advises for a transposed device array
+        return cuda.to_device(np.ascontiguousarray(x.T)).ravel().reshape(x.shape, order="F") if transposed \
+            else cuda.to_device(x)
+
+    out = poisoned((37, 29), "float32")
+    kernel = build_kernel("matmul", {"strategy": "naive"}, layout=layout)
+    kernel(on_device(A, layout[0] == "t"), on_device(B, layout[1] == "t"), out=out)
+    assert_matmul_close(out.copy_to_host(), A, B)
+
+
 ASYNC = {"BM": 32, "BN": 32, "TM": 4, "TN": 2, "BK": 8, "VEC": 2, "UNROLL_K": 4, "ASYNC_STAGES": 3}
 ASYNC_MMAJOR_SPLIT = {"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 16, "VEC": 4, "A_SMEM": "mmajor", "UNROLL_K": 1,
                       "SPLIT_K": 2, "ASYNC_STAGES": 2}

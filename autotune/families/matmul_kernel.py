@@ -68,8 +68,10 @@ class MatmulKernel(Planned, Kernel):
         if transposed:
             if not arrays.is_f_contiguous(d):
                 raise ValueError(f"layout {self.layout!r} wants {name} as the transpose of a C-contiguous array "
-                                 f"(pass X.T); got strides {d.strides}")
-            return d, arrays.flat(d.T), d.shape[0]
+                                 f"(pass X.T of a NumPy or CuPy array; a Numba device array's .T is a transposed "
+                                 f"copy, so pass X.ravel().reshape(X.shape[::-1], order='F')); got strides "
+                                 f"{d.strides}")
+            return d, arrays.flat(d, order="F"), d.shape[0]
         if not arrays.is_c_contiguous(d):
             hint = " (it is a transposed view: build with a 't' layout)" if arrays.is_f_contiguous(d) else ""
             raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
