@@ -16,13 +16,14 @@ import argparse
 import collections
 import json
 import os
-import re
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+
+from sass_mix import hottest_loop, opcode  # lab/ is the first entry of sys.path when run as a script
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = r'''
@@ -60,26 +61,9 @@ def nvdisasm() -> str:
     raise SystemExit("nvdisasm not found: pip install nvidia-cuda-nvdisasm")
 
 
-def hottest_loop(sass: str) -> list[str]:
-    """Instructions between a label and the backward branch to it that spans the most instructions."""
-    lines = [line for line in sass.splitlines() if line.strip()]
-    labels = {m.group(1): i for i, line in enumerate(lines) if (m := re.match(r"\s*\.?(L_x_\d+):", line))}
-    best: list[str] = []
-    for i, line in enumerate(lines):
-        m = re.search(r"BRA\s+`?\(?\.?(L_x_\d+)", line)
-        if m and m.group(1) in labels and labels[m.group(1)] < i and i - labels[m.group(1)] > len(best):
-            best = lines[labels[m.group(1)]:i + 1]
-    return best
-
-
-def opcode(line: str) -> str | None:
-    m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]+)", line)
-    return m.group(1).split(".")[0] if m else None
-
-
 def loop_counts(cubin: Path) -> dict[str, int]:
     sass = subprocess.run([nvdisasm(), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
-    mix = collections.Counter(op for line in hottest_loop(sass) if (op := opcode(line)))
+    mix = collections.Counter(op.split(".")[0] for line in hottest_loop(sass) if (op := opcode(line)))
     return {"math": mix["FFMA"] + mix["DMMA"] + mix["HMMA"], "LDS": mix["LDS"], "LDG": mix["LDG"],
             "all": sum(mix.values())}
 
