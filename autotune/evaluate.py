@@ -44,8 +44,8 @@ def compile_variant(job: Job) -> CompileResult:
         else:
             report = resource_report(kernel.entry, kernel.signature, cc=(9, 0))
         if job.params.get("MMA") and report.spills:
-            return CompileResult(ok=False, reason=f"mma variant spills ({report.spill_stores} bytes): on the H200 "
-                                 "two such variants failed their checks, all others passed")
+            return CompileResult(ok=False, stage="pruned", reason=f"mma variant spills ({report.spill_stores} bytes): "
+                                 "on the H200 two such variants failed their checks, all others passed")
         return CompileResult(ok=True, resources=report.as_dict(), compile_s=time.perf_counter() - t0)
     except Exception as exc:  # a variant that does not compile is a failed trial, never a crash of the tuner
         return CompileResult(ok=False, reason=f"compile failed: {type(exc).__name__}: {exc}",

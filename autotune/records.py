@@ -1,16 +1,18 @@
 """What crosses process boundaries between the tuner, the compile pool and the GPU workers: small frozen records.
 
 Each failure carries the stage where it happened, set there, so nobody has to match on its reason's text:
-``compile`` (rendering or compiling failed, or the compile ran out of time), ``load`` (the kernel could not be
-built or loaded in the GPU process), ``verify`` (a wrong result), ``run`` (an error or crash while running),
-``timeout`` (the worker stopped answering and was restarted).
+``compile`` (rendering or compiling failed, or the tuner's wait for a compile ran out), ``pruned`` (compiled, but
+a rule rejects it: more registers than a multiprocessor has for its block, a spilling tensor-core variant),
+``load`` (the kernel could not be built or loaded in the GPU process), ``verify`` (a wrong result), ``run`` (an
+error or crash while running), ``timeout`` (the worker stopped answering and was restarted, or the selftest
+stopped a compile at its limit).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
 
-STAGES = ("compile", "load", "verify", "run", "timeout")
+STAGES = ("compile", "pruned", "load", "verify", "run", "timeout")
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from .space import load_space
 
 SIMULATOR_VARIANTS = 1  # per family and arguments, in the simulator, where every GPU thread is a Python thread
 COMPILE_TIMEOUT_S = 300.0  # as ``autotune tune --compile-timeout``
+SKIPPED_STAGES = ("timeout", "pruned")  # compile results that tuning never measures
 
 
 def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator) -> list:
@@ -111,7 +112,9 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
 
 def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
     """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does; the
-    plan without the variants that failed to compile or took longer than ``timeout_s``, which are named."""
+    plan without the variants the tuner would never pick, which are named: those whose compile took longer than
+    ``timeout_s`` and those the compile step prunes (a spilling tensor-core variant). A variant that fails to
+    compile stays in the plan, so that its checks fail."""
     import os
     from concurrent.futures import as_completed
 
@@ -127,15 +130,18 @@ def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
         for future in as_completed(futures):
             key, report, done = futures[future], future.result(), done + 1
             if not report.ok:
-                dropped.add(key)
                 j = jobs[key]
-                print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
+                if report.stage in SKIPPED_STAGES:
+                    dropped.add(key)
+                    print(f"SKIP {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
+                else:  # checked all the same: its checks fail and count
+                    print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
             elif report.resources and report.resources["spill_stores"]:
                 spills += 1
             if done % 25 == 0 or done == len(jobs):
                 print(f"compiled {done}/{len(jobs)} in {time.time() - t0:.0f} s", file=out, flush=True)
     print(f"compiled {len(jobs)} variants in {time.time() - t0:.0f} s ({spills} spill registers); "
-          f"{len(dropped)} not compiled, not checked", file=out, flush=True)
+          f"{len(dropped)} skipped (not checked)", file=out, flush=True)
     return [(kind, dtype, args, shapes, [p for j, p in enumerate(sample) if (i, j) not in dropped])
             for i, (kind, dtype, args, shapes, sample) in enumerate(plan)]
 
@@ -160,7 +166,7 @@ def compile_within(job, timeout_s: float):
     try:
         return compile_variant(job)
     except CompileTimeout:
-        return CompileResult(ok=False, reason=f"compile took longer than {timeout_s:.0f} s")
+        return CompileResult(ok=False, stage="timeout", reason=f"compile took longer than {timeout_s:.0f} s")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
