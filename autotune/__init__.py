@@ -1,17 +1,23 @@
 """autotune: Jinja-generated Numba CUDA kernels, tuned per GPU model: matrix products, reductions, and kernel
 families of your own.
 
-    from autotune import get_best_kernel
+    import autotune
+    total = autotune.sum(x)                 # tuned for x's shape, NumPy's semantics
+    rows = autotune.max(x, axis=-1)
+    C = autotune.matmul(A, B, stream=s)     # s: a Numba, CuPy, PyTorch or cuda.core stream
+
+    from autotune import get_best_kernel    # a kernel object for one shape
     k = get_best_kernel("reduce", (1 << 24,))
-    total = k(x)
 
 Imports are lazy so that ``autotune --simulator`` can switch Numba to its CUDA simulator before Numba loads.
 """
-__all__ = ["build_kernel", "get_best_kernel", "register_family", "KernelFamily", "FamilyArg", "Kernel", "Case",
-           "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
+FUNCTIONS = ("sum", "max", "min", "nanmax", "nanmin", "dot", "matmul")
+__all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "KernelFamily", "FamilyArg", "Kernel",
+           "Case", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
 __version__ = "0.2.0"
 
-_WHERE = {"build_kernel": "build", "get_best_kernel": "lookup", "TunedKernelWarning": "lookup",
+_WHERE = {**{name: "families.functions" for name in FUNCTIONS},
+          "build_kernel": "build", "get_best_kernel": "lookup", "TunedKernelWarning": "lookup",
           "register_family": "registry", "KernelFamily": "family", "FamilyArg": "family", "Kernel": "family",
           "Case": "family", "compare_exact": "oracle", "compare_close": "oracle", "unwritten": "oracle"}
 

@@ -25,9 +25,24 @@ def to_device(x: Any, name: str):
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
     if hasattr(x, "__cuda_array_interface__"):
-        return cuda.as_cuda_array(x)
+        return cuda.as_cuda_array(x, sync=False)  # ordered on the GPU instead: see producer_stream
     raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
                     f"tensor); got {type(x).__name__}")
+
+
+def producer_stream(x: Any) -> int | None:
+    """The stream a CUDA Array Interface array says its data are written on (its ``stream`` entry: 1 is the legacy
+    default stream, 2 the per-thread one, else a handle), None where it names none.
+
+    Arrays are imported without Numba's host synchronisation on that stream (which blocks the caller until the
+    GPU is idle on it, and for a kernel queued behind a long producer costs the whole overlap); a caller that
+    launches on another stream makes that stream wait for this one on the GPU (``streams.follow``)."""
+    return stream_of(getattr(x, "__cuda_array_interface__", None))
+
+
+def stream_of(interface: dict | None) -> int | None:
+    """The ``stream`` entry of a CUDA Array Interface dict (None for no dict or no entry)."""
+    return None if interface is None else interface.get("stream")
 
 
 def check_dtype(d, name: str, dtype: str, supported: tuple[str, ...] = ()) -> None:
@@ -65,13 +80,18 @@ def aligned(d, width: int) -> bool:
 def plan_key(*xs: Any) -> tuple | None:
     """What identifies a call's device arrays (pointer, shape, strides, dtype of each; None entries allowed);
     None when one is a host array or not an array at all."""
+    return interfaces_key([None if x is None else getattr(x, "__cuda_array_interface__", False) for x in xs])
+
+
+def interfaces_key(interfaces: list) -> tuple | None:
+    """``plan_key`` from the arrays' CUDA Array Interface dicts (None: no array given; False: not a device
+    array)."""
     key = []
-    for x in xs:
-        if x is None:
+    for interface in interfaces:
+        if interface is None:
             key.append(None)
             continue
-        interface = getattr(x, "__cuda_array_interface__", None)
-        if interface is None:
+        if not interface:
             return None
         key.append((interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"]))
     return tuple(key)

@@ -79,7 +79,8 @@ class Case:
 
 
 class Kernel:
-    """A compiled variant, as families hand it out: ``kernel(*inputs, out=None)``.
+    """A compiled variant, as families hand it out: ``kernel(*inputs, out=None)``; the built-in families' kernels
+    also take ``stream=`` (autotune/streams.py), which ``autotune.sum`` and the other functions pass on.
 
     ``entry`` is the Numba dispatcher compiled ahead and measured for registers; ``signature`` its argument types,
     so it can be compiled without a GPU (``cuda.compile_ptx``)."""
@@ -132,6 +133,12 @@ class KernelFamily(abc.ABC):
     def args_text(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """The arguments as database entries and ``when`` conditions write them."""
         return {a.name: a.text(args[a.name]) for a in self.args}
+
+    def canonical_args(self, shape: tuple[int, ...], args: Mapping[str, Any]) -> dict[str, Any]:
+        """The arguments under the one name the family gives this problem (where two spellings mean the same
+        computation on this shape, e.g. a reduction's axis -2 and axis 0 of a 2-D array), so that a problem has
+        one key and one database entry."""
+        return dict(args)
 
     def check_shape(self, shape: tuple[int, ...], args: Mapping[str, Any]) -> None:
         """Raise ValueError unless ``shape`` is a problem shape of this family (dimensions are >= 1 already)."""

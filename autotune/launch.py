@@ -16,6 +16,7 @@ import threading
 from typing import Any, Callable
 
 from . import arrays
+from .streams import stream_key
 
 MAX_PLANS = 32
 DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
@@ -38,35 +39,36 @@ class Plan:
         return len(self._steps)
 
 
-def configure(kernel, grid, block, shared: int = 0, simulator: bool = False):
-    """``kernel[grid, block, 0, shared]``, safe to keep and to record. The CUDA simulator's ``kernel[grid, block]``
-    sets the grid on the kernel object itself and returns it, so a kept configuration would launch with whichever
+def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0):
+    """``kernel[grid, block, stream, shared]``, safe to keep and to record. The CUDA simulator's
+    ``kernel[grid, block]`` sets the grid on the kernel object itself and returns it, so a kept configuration would launch with whichever
     grid was configured last; there it is a function that configures at each launch. ``shared`` bytes of dynamic
     shared memory above the default 48 KB are opted into before the first launch."""
     if simulator:
         return lambda *args: kernel[grid, block, 0, shared](*args)
-    configured = kernel[grid, block, 0, shared]
+    configured = kernel[grid, block, stream, shared]
     if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
         configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
     return configured
 
 
-def fill(module, d, value, simulator: bool) -> tuple:
+def fill(module, d, value, simulator: bool, stream=0) -> tuple:
     """The launch that sets every element of a flat device array to ``value`` with the module's fill kernel."""
     threads = 256
-    return configure(module.fill, max(1, -(-d.size // threads)), threads, 0, simulator), d, d.dtype.type(value)
+    return (configure(module.fill, max(1, -(-d.size // threads)), threads, 0, simulator, stream), d,
+            d.dtype.type(value))
 
 
-def zero(module, d, simulator: bool) -> tuple:
-    """The step that zeroes a flat device array: a driver memset on the default stream, where Numba launches
-    (0.5-1.5% faster than the fill kernel on the H200's split-K entries); the fill kernel in the simulator, which
-    has no driver."""
+def zero(module, d, simulator: bool, stream=0) -> tuple:
+    """The step that zeroes a flat device array: a driver memset on the stream the kernels launch on (0.5-1.5%
+    faster than the fill kernel on the H200's split-K entries); the fill kernel in the simulator, which has no
+    driver."""
     if simulator:
         return fill(module, d, 0, simulator)
     from numba.cuda.cudadrv.driver import device_pointer, driver
 
     words = d.size * d.dtype.itemsize // 4
-    return (functools.partial(driver.cuMemsetD32Async, device_pointer(d), 0, words, 0),)
+    return (functools.partial(driver.cuMemsetD32Async, device_pointer(d), 0, words, int(stream)),)
 
 
 def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
@@ -121,11 +123,20 @@ class Planned:
 
         return cuda.device_array(out.shape, dtype=out.dtype)
 
-    def _into(self, out, target, run: Callable[[], None]) -> None:
-        """``run()``, which writes ``target``, then ``target`` copied into ``out`` where they differ."""
+    def _into(self, out, target, run: Callable[[], None], stream=0) -> None:
+        """``run()``, which writes ``target``, then ``target`` copied into ``out`` (on ``stream``) where they
+        differ."""
         run()
         if target is not out:
-            self._enqueue(functools.partial(out.copy_to_device, target))
+            self._enqueue(functools.partial(out.copy_to_device, target, stream=stream))
+
+    def call_once(self, a, b, out, stream=0):
+        """The checked call ``(a, b, out=out)`` on ``stream`` without keeping a plan: for an output that is new at
+        every call, where a plan keyed by its pointer would be built (hundreds of microseconds) and never
+        replayed. Returns the output."""
+        result, run = self._prepare(a, b, out, stream)
+        run()
+        return result
 
     def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
         _recording.steps = steps = []
@@ -140,11 +151,13 @@ class Planned:
         out, run = prepared
         return Plan(self._record(run), out)
 
-    def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan]) -> Plan | None:
-        """The plan for a call on exactly these device arrays (None when one of them is a host array)."""
+    def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan], stream=0) -> Plan | None:
+        """The plan for a call on exactly these device arrays and stream (None when one of them is a host
+        array)."""
         key = arrays.plan_key(*inputs, out)
         if key is None:
             return None
+        key += (stream_key(stream),)
         plans = self.__dict__.setdefault("_plans", {})
         plan = plans.get(key)
         if plan is None:

@@ -75,12 +75,13 @@ class Problem:
             args = impl.family_args(**dict(self.family))
         except TypeError as exc:
             raise ValueError(f"{self.kind}: {exc}") from None
-        object.__setattr__(self, "family", args)
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         if self.dtype not in impl.dtypes:
             raise ValueError(f"dtype {self.dtype!r} is not supported by {self.kind}; supported: "
                              f"{', '.join(impl.dtypes)}")
         object.__setattr__(self, "shape", check_dims(self.shape))
+        args = impl.canonical_args(self.shape, args)
+        object.__setattr__(self, "family", args)
         impl.check_shape(self.shape, args)
 
     @property

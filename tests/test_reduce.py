@@ -12,6 +12,7 @@ from checks import assert_reduction_close, poisoned, small_integers
 
 SIZES_1D = [1, 31, 32, 33, 1023, 1025]
 SHAPES_2D = [(1, 1), (3, 1025), (33, 31), (70, 7)]
+SHAPES_3D = [(2, 3, 5), (3, 7, 9), (2, 11, 33), (5, 1, 4)]  # (outer, R, inner), reduced along R by axis -2
 OPS = ["sum", "max", "min", "dot"]
 
 
@@ -23,7 +24,7 @@ def operands(rng, shape, dtype, op):
 
 def check(kernel, rng, shape, dtype, op, axis):
     x, y = operands(rng, shape, dtype, op)
-    out_shape = (1,) if axis is None else (shape[1 - axis],)
+    out_shape = (1,) if axis is None else (shape[0], shape[2]) if axis == -2 else (shape[1 - axis],)
     out = poisoned(out_shape, dtype)
     args = (cuda.to_device(x),) + ((cuda.to_device(y),) if y is not None else ())
     kernel(*args, out=out)
@@ -31,7 +32,7 @@ def check(kernel, rng, shape, dtype, op, axis):
     ref = reference(op, x, y, axis)
     terms = np.abs(x.astype(np.float64) * (y if y is not None else 1))
     abs_sum = terms.sum(axis=axis)
-    n = x.size if axis is None else shape[axis]
+    n = x.size if axis is None else shape[axis]  # axis -2: the middle extent of a 3-D shape
     assert_reduction_close(got[0] if axis is None else got, ref, abs_sum, n, dtype)
 
 
@@ -55,7 +56,7 @@ def rotated(shapes, index, params):
     checked; the GPU selftest (autotune selftest) runs every configuration on every shape.
     """
     if params.get("BLOCK", 0) >= 512 or params.get("ROW_SPLIT", 0) >= 16:
-        shapes = [s for s in shapes if s[0] * s[1] <= 33 * 31] or shapes
+        shapes = [s for s in shapes if np.prod(s) <= 33 * 31] or shapes
     return shapes[index % len(shapes)]
 
 
@@ -67,12 +68,26 @@ def test_whole_array_every_parameter_value(op, rng):
         check(k, rng, rotated([(n,) for n in SIZES_1D], i, {}), "float32", op, None)
 
 
-@pytest.mark.parametrize("axis", [0, 1])
+@pytest.mark.parametrize("axis", [0, 1, -2])
 @pytest.mark.parametrize("op", OPS)
 def test_axis_every_parameter_value(op, axis, rng):
+    shapes = SHAPES_3D if axis == -2 else SHAPES_2D
     for i, params in enumerate(covering(op, axis, "float32")):
         k = build_kernel("reduce", params, op=op, axis=axis)
-        check(k, rng, rotated(SHAPES_2D, i, params), "float32", op, axis)
+        check(k, rng, rotated(shapes, i, params), "float32", op, axis)
+
+
+def test_axis_spellings_name_one_problem():
+    """-1 is axis 1; -2 of a 2-D shape is axis 0; axis 1 of a 3-D shape is -2: one key, one database entry."""
+    from autotune.problem import Problem
+
+    assert Problem("reduce", (4, 5), "float32", {"axis": -1}).key == Problem("reduce", (4, 5), "float32", {"axis": 1}).key
+    assert Problem("reduce", (4, 5), "float32", {"axis": -2}).family["axis"] == 0
+    assert Problem("reduce", (3, 4, 5), "float32", {"axis": 1}).key == "reduce/float32/sum/axis-2/3x4x5"
+    with pytest.raises(ValueError, match="3-D shape"):
+        Problem("reduce", (4,), "float32", {"axis": -2})
+    with pytest.raises(ValueError, match="2-D shape"):
+        Problem("reduce", (3, 4, 5), "float32", {"axis": 0})
 
 
 @pytest.mark.parametrize("axis", [None, 0, 1])

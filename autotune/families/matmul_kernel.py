@@ -2,7 +2,8 @@
 
 A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
 SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
-belong to the kernel object, so calls of one kernel object run one after another (Numba's default stream).
+belong to the kernel object and are kept per stream (see autotune/streams.py), so calls on different streams
+never share them.
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .. import arrays
 from ..device import gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
+from ..streams import DEFAULT, as_stream, follow, stream_key
 from .matmul import dynamic_shared_bytes, kernel_args, matmul_threads, split_add
 
 INT32_MAX = 2**31 - 1
@@ -77,8 +79,9 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
         return d, arrays.flat(d), d.shape[1]
 
-    def _launch_config(self, M: int, N: int, K: int):
-        key = (M, N, K)
+    def _launch_config(self, M: int, N: int, K: int, stream):
+        """The launch configuration, K chunk and workspace of calls of this shape on this stream."""
+        key = (M, N, K, stream_key(stream))
         if key not in self._launches:
             p = self.params
             if p["strategy"] == "naive":
@@ -91,7 +94,8 @@ class MatmulKernel(Planned, Kernel):
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
             shared = dynamic_shared_bytes(p, self.dtype)
-            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator), k_chunk, self._scratch(grid))
+            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
+                                   self._scratch(grid))
         return self._launches[key]
 
     def _scratch(self, grid) -> tuple:
@@ -109,25 +113,29 @@ class MatmulKernel(Planned, Kernel):
             self._stand_ins = cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
         return self._stand_ins
 
-    def __call__(self, A, B, out=None):
-        if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out))):
+    def __call__(self, A, B, out=None, *, stream=None):
+        stream = as_stream(stream)
+        follow(stream, map(arrays.producer_stream, (A, B, out)))
+        if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out, stream=stream),
+                                                       stream)):
             plan()
             return out
-        C, run = self._prepare(A, B, out)
+        C, run = self._prepare(A, B, out, stream)
         run()
         if out is None and arrays.is_host(A) and arrays.is_host(B):
             return C.copy_to_host()
         return out if out is not None else C
 
-    def bind(self, A, B, out=None) -> Plan:
-        """The call ``k(A, B, out=out)`` checked once; calling the plan launches it again and returns C."""
-        return self._plan(self._prepare(A, B, out))
+    def bind(self, A, B, out=None, *, stream=None) -> Plan:
+        """The call ``k(A, B, out=out, stream=stream)`` checked once; calling the plan launches it again and
+        returns C."""
+        return self._plan(self._prepare(A, B, out, as_stream(stream)))
 
-    def _prepare(self, A, B, out):
+    def _prepare(self, A, B, out, stream):
         with gpu_required():
-            return self._prepare_checked(A, B, out)
+            return self._prepare_checked(A, B, out, stream)
 
-    def _prepare_checked(self, A, B, out):
+    def _prepare_checked(self, A, B, out, stream):
         dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
         dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
         (M, K), (K2, N) = dA.shape, dB.shape
@@ -138,7 +146,8 @@ class MatmulKernel(Planned, Kernel):
         C = self._output(out, M, N)
         target = self._scratch_for(C, dA, dB)
         c_flat = arrays.flat(target)
-        return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb))
+        return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb, stream),
+                                     stream)
 
     def _output(self, out, M: int, N: int):
         from numba import cuda
@@ -153,18 +162,18 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
         return C
 
-    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int) -> None:
-        """Launch on flat, already-checked device arrays (the tuner's path)."""
+    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int, stream=DEFAULT) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
         p = self.params
         if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
-        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K)
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
         vec = p.get("VEC", 1)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
         if split_add(p) in ("atomic", "vector"):  # the slices add into C
-            self._enqueue(*zero(self.module, c_flat, self.simulator))
+            self._enqueue(*zero(self.module, c_flat, self.simulator, stream))
         i = self._int
         values = {"A": a_flat, "B": b_flat, "C": c_flat, "W": partials, "counters": counters, "M": i(M), "N": i(N),
                   "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,

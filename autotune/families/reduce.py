@@ -1,7 +1,10 @@
-"""The reduction family: sum, max, min and dot (sum of a*b) over a whole array or a 2-D array's axis.
+"""The reduction family: sum, max, min and dot (sum of a*b) over a whole array or along one axis.
 
-``axis=None`` treats any C-contiguous array as flat; ``axis=1`` reduces along rows (one result per row),
-``axis=0`` down columns (one result per column). max and min follow NumPy: a NaN anywhere in what is reduced
+Every reduction of a C-contiguous array is one of four forms (``autotune.sum`` and friends bring any call to
+one): ``axis=None`` treats the array as flat; ``axis=1`` of an (M, N) array reduces along rows (one result per
+row), ``axis=0`` down columns (one result per column), and ``axis=-2`` of an (outer, R, inner) array reduces
+the middle extent, one result per (outer, inner) pair: columns of ``outer`` stacked matrices. ``axis=-1`` is
+``axis=1``; on a 2-D shape ``axis=-2`` is ``axis=0`` and on a 3-D shape ``axis=1`` is ``axis=-2``. max and min follow NumPy: a NaN anywhere in what is reduced
 makes the result NaN; nanmax and nanmin skip NaN, as ``np.nanmax`` and ``np.nanmin`` do.
 """
 from __future__ import annotations
@@ -27,8 +30,8 @@ class ReduceFamily(KernelFamily):
     summary = "sum/max/min/dot reductions"
     args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, dot (sum of a*b), or nanmax, nanmin "
                                          "(NaN ignored, as np.nanmax)"),
-            FamilyArg("axis", (None, 0, 1), None, "all (the whole array, flat), or the axis of a 2-D array",
-                      none_means="all"))
+            FamilyArg("axis", (None, 0, 1, -2), None, "all (the whole array, flat); 0 or 1 of an (M, N) array; "
+                      "-2: the middle of an (outer, R, inner) array", none_means="all"))
     unit = "GB/s"
     baseline = {"BLOCK": 256, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "two_pass"}
     suite = ("1024", "65536", "1048576", "16777216", "268435456")
@@ -39,9 +42,28 @@ class ReduceFamily(KernelFamily):
         self.space_file = resource_dir("search_spaces") / "reduce.yaml"
         self.template_dir = templates_dir()
 
+    def family_args(self, **given: Any) -> dict[str, Any]:
+        """As the protocol's, with ``axis=-1`` read as 1: the last axis of a 2-D shape, and the same kernel."""
+        if given.get("axis") in (-1, "-1"):
+            given["axis"] = 1
+        return super().family_args(**given)
+
+    def canonical_args(self, shape, args) -> dict[str, Any]:
+        """One name per problem: axis -2 of a 2-D shape is axis 0; axis 1 of a 3-D shape is axis -2."""
+        axis = args["axis"]
+        if axis == -2 and len(shape) == 2:
+            return {**args, "axis": 0}
+        if axis == 1 and len(shape) == 3:
+            return {**args, "axis": -2}
+        return args
+
     def check_shape(self, shape, args) -> None:
-        if args["axis"] is not None and len(shape) != 2:
-            raise ValueError(f"reduce along axis {args['axis']} needs a 2-D shape, got {'x'.join(map(str, shape))}")
+        axis, rank = args["axis"], len(shape)
+        if axis in (0, 1) and rank != 2:
+            raise ValueError(f"reduce along axis {axis} needs a 2-D shape, got {'x'.join(map(str, shape))}")
+        if axis == -2 and rank != 3:
+            raise ValueError(f"reduce along axis -2 needs a 3-D shape (outer, R, inner), got "
+                             f"{'x'.join(map(str, shape))}")
 
     def key_tag(self, args) -> str:
         axis = args["axis"]
@@ -52,8 +74,8 @@ class ReduceFamily(KernelFamily):
         return float(inputs * math.prod(problem.shape) * np.dtype(problem.dtype).itemsize)
 
     def out_shape(self, problem) -> tuple[int, ...]:
-        axis = problem.family["axis"]
-        return (1,) if axis is None else (problem.shape[1 - axis],)
+        axis, shape = problem.family["axis"], problem.shape
+        return (1,) if axis is None else (shape[0], shape[2]) if axis == -2 else (shape[1 - axis],)
 
     def templates(self) -> list[str]:
         return ["_common.j2", "reduce.py.j2"]
@@ -146,10 +168,11 @@ class ReduceFamily(KernelFamily):
     def selftest_cases(self, small: bool):
         one_d = [(n,) for n in (1, 31, 32, 33, 1023, 1025, 4_000_037)]
         two_d = [(1, 1), (3, 1025), (33, 31), (130, 7), (1031, 2053)]
+        three_d = [(2, 3, 5), (3, 33, 31), (7, 130, 9), (5, 1031, 413)]
         return [(dtype, {"op": op, "axis": axis}, shapes)
                 for dtype in self.dtypes[:1 if small else None] for op in OPS
                 for axis, shapes in ((None, one_d[:5] if small else one_d), (0, two_d[:3] if small else two_d),
-                                     (1, two_d[:3] if small else two_d))]
+                                     (1, two_d[:3] if small else two_d), (-2, three_d[:2] if small else three_d))]
 
     def bench_name(self, problem) -> str:
         axis = problem.family["axis"]
@@ -166,7 +189,8 @@ def kernel_args(params, args) -> tuple[str, ...]:
         names += ["n"] + (["partial"] if combine != "atomic" else []) + (["counter"] if combine == "last_block" else [])
         names += ["out"] if combine != "two_pass" else []
     else:
-        names += ["M", "N", "out"] + (["rows_per_split"] if args["axis"] == 0 else [])
+        names += ["M", "N"] + (["L"] if args["axis"] == -2 else []) + ["out"]
+        names += ["rows_per_split"] if args["axis"] in (0, -2) else []
     return tuple(names + (["vec_ok"] if params["VEC"] > 1 else []))
 
 

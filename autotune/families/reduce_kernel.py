@@ -13,11 +13,13 @@ from .. import arrays
 from ..device import current_device, gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, fill
+from ..streams import DEFAULT, as_stream, follow, stream_key
 from .reduce import kernel_args
 
 
 ARG_TYPES = {"X": "{a}", "Y": "{a}", "out": "{a}", "partial": "{a}", "counter": "int32[::1]", "n": "int64",
-             "M": "int64", "N": "int64", "rows_per_split": "int64", "vec_ok": "boolean"}
+             "M": "int64", "N": "int64", "L": "int64", "rows_per_split": "int64", "vec_ok": "boolean"}
+RANK = {None: None, 0: 2, 1: 2, -2: 3}  # the input rank each axis form takes (None: any)
 
 
 def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any]) -> str:
@@ -26,11 +28,12 @@ def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any]) ->
 
 
 def entry_name(family: Mapping[str, Any]) -> str:
-    return {None: "reduce_all", 1: "reduce_rows", 0: "reduce_cols"}[family["axis"]]
+    return {None: "reduce_all", 1: "reduce_rows", 0: "reduce_cols", -2: "reduce_cols"}[family["axis"]]
 
 
 class ReduceKernel(Planned, Kernel):
-    """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot.
+    """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot. Built with
+    ``axis=-2`` it takes an (outer, R, inner) array and returns (outer, inner).
 
     With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
     ``k.bind(x, out=r)`` returns that plan to call directly.
@@ -50,7 +53,7 @@ class ReduceKernel(Planned, Kernel):
         self.entry = getattr(module, entry_name(args))
         self.arg_names = kernel_args(params, args)
         self._launches: dict[tuple, tuple] = {}
-        self._counter = None
+        self._counters: dict[int, Any] = {}
 
     def __repr__(self) -> str:
         return f"<ReduceKernel {self.op} axis={self.axis} {self.dtype} {self.params}>"
@@ -60,13 +63,16 @@ class ReduceKernel(Planned, Kernel):
         return signature(self.params, self.dtype, self.args)
 
     # -- user entry point ------------------------------------------------------------------------
-    def __call__(self, x, y=None, *, axis: Any = "as built", out=None):
+    def __call__(self, x, y=None, *, axis: Any = "as built", out=None, stream=None):
         if axis != "as built" and axis != self.axis:
             raise ValueError(f"this kernel was built for axis={self.axis}; build another with axis={axis!r}")
-        if out is not None and (plan := self._plan_for((x, y), out, lambda: self.bind(x, y, out=out))):
+        stream = as_stream(stream)
+        follow(stream, map(arrays.producer_stream, (x, y, out)))
+        if out is not None and (plan := self._plan_for((x, y), out, lambda: self.bind(x, y, out=out, stream=stream),
+                                                       stream)):
             plan()
             return out
-        result, run = self._prepare(x, y, out)
+        result, run = self._prepare(x, y, out, stream)
         run()
         host = arrays.is_host(x) and (y is None or arrays.is_host(y)) and out is None
         if host:
@@ -74,29 +80,32 @@ class ReduceKernel(Planned, Kernel):
             return value[0] if self.axis is None else value
         return out if out is not None else result
 
-    def bind(self, x, y=None, *, out=None) -> Plan:
-        """The call ``k(x[, y], out=out)`` checked once; calling the plan launches it again and returns the output."""
-        return self._plan(self._prepare(x, y, out))
+    def bind(self, x, y=None, *, out=None, stream=None) -> Plan:
+        """The call ``k(x[, y], out=out, stream=stream)`` checked once; calling the plan launches it again and
+        returns the output."""
+        return self._plan(self._prepare(x, y, out, as_stream(stream)))
 
-    def _prepare(self, x, y, out):
+    def _prepare(self, x, y, out, stream):
         with gpu_required():
-            return self._prepare_checked(x, y, out)
+            return self._prepare_checked(x, y, out, stream)
 
-    def _prepare_checked(self, x, y, out):
+    def _prepare_checked(self, x, y, out, stream):
         if (y is None) != (self.op != "dot"):
             raise TypeError("dot takes two arrays: k(a, b)" if self.op == "dot" else f"{self.op} takes one array")
         dx = self._input(x, "x")
         dy = self._input(y, "y") if y is not None else dx
         if tuple(dy.shape) != tuple(dx.shape):
             raise ValueError(f"dot operands differ in shape: {tuple(dx.shape)} and {tuple(dy.shape)}")
-        if self.axis is not None and dx.ndim != 2:
-            raise ValueError(f"axis={self.axis} needs a 2-D array, got shape {tuple(dx.shape)}")
+        rank = RANK[self.axis]
+        if rank is not None and dx.ndim != rank:
+            raise ValueError(f"axis={self.axis} needs a {rank}-D array, got shape {tuple(dx.shape)}")
         result = self._output(out, dx)
         if dx.size == 0:
-            return result, self._empty(result, dx)
+            return result, self._empty(result, dx, stream)
         target = self._scratch_for(result, dx, dy)
         x_flat, y_flat = arrays.flat(dx), arrays.flat(dy)
-        return result, lambda: self._into(result, target, lambda: self.launch(x_flat, y_flat, target, tuple(dx.shape)))
+        return result, lambda: self._into(result, target,
+                                          lambda: self.launch(x_flat, y_flat, target, tuple(dx.shape), stream), stream)
 
     def _input(self, x, name: str):
         d = arrays.to_device(x, name)
@@ -108,7 +117,7 @@ class ReduceKernel(Planned, Kernel):
     def _output(self, out, dx):
         from numba import cuda
 
-        shape = (1,) if self.axis is None else (dx.shape[1 - self.axis],)
+        shape = self._out_shape(tuple(dx.shape))
         if out is None:
             return cuda.device_array(shape, dtype=self.dtype)
         if arrays.is_host(out):
@@ -119,61 +128,73 @@ class ReduceKernel(Planned, Kernel):
             raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {tuple(d.shape)}")
         return d
 
-    def _empty(self, result, dx):
+    def _out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.axis is None:
+            return (1,)
+        return (shape[0], shape[2]) if self.axis == -2 else (shape[1 - self.axis],)
+
+    def _empty(self, result, dx, stream):
         """The call on an empty input, as NumPy has it: max and min of nothing raise (where the reduced extent is
         0), a sum of nothing is 0, and an empty result needs no launch."""
-        reduced = dx.size if self.axis is None else dx.shape[self.axis]
+        reduced = dx.size if self.axis is None else dx.shape[1 if self.axis == -2 else self.axis]
         if reduced == 0 and self.op not in ("sum", "dot"):
             raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
-        return lambda: self._enqueue(*fill(self.module, result, 0, self.simulator)) if result.size else None
+        return lambda: self._enqueue(*fill(self.module, arrays.flat(result), 0, self.simulator, stream)) \
+            if result.size else None
 
     # -- launching -------------------------------------------------------------------------------
-    def launch(self, x_flat, y_flat, out, shape: tuple[int, ...]) -> None:
-        """Launch on flat, already-checked device arrays (the tuner's path)."""
+    def launch(self, x_flat, y_flat, out, shape: tuple[int, ...], stream=DEFAULT) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
         p = self.params
         vec_ok = arrays.aligned(x_flat, p["VEC"]) and arrays.aligned(y_flat, p["VEC"])
         if self.axis is None:
-            self._launch_all(x_flat, y_flat, out, x_flat.size, vec_ok)
+            self._launch_all(x_flat, y_flat, out, x_flat.size, vec_ok, stream)
             return
-        M, N = shape
+        M, N = shape[-2:]
         vec_ok = vec_ok and N % p["VEC"] == 0
-        configured, extra = self._config(shape)
+        configured, extra = self._config(shape, stream)
+        out = arrays.flat(out)
         if self.axis == 1:
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, vec_ok=vec_ok))
         else:
             if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
-                self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator))
-            self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, rows_per_split=extra[0],
-                                                  vec_ok=vec_ok))
+                self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator, stream))
+            self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, L=out.size, out=out,
+                                                  rows_per_split=extra[0], vec_ok=vec_ok))
 
     def _args(self, **values) -> list:
         """The values of the arguments the variant's kernel takes, in its order."""
         return [values[name] for name in self.arg_names]
 
-    def _launch_all(self, x_flat, y_flat, out, n: int, vec_ok: bool) -> None:
-        configured, (partial, blocks) = self._config((n,))
+    def _launch_all(self, x_flat, y_flat, out, n: int, vec_ok: bool, stream) -> None:
+        configured, (partial, blocks) = self._config((n,), stream)
         combine = self.params["COMBINE"]
         if combine == "atomic":
-            self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator))
-        counter = self._counter_array() if combine == "last_block" else None
+            self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator, stream))
+        counter = self._counter_array(stream) if combine == "last_block" else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
                                               vec_ok=vec_ok))
         if combine == "two_pass":
-            self._enqueue(configure(self.module.finish, 1, self.params["BLOCK"], 0, self.simulator), partial, blocks, out)
+            self._enqueue(configure(self.module.finish, 1, self.params["BLOCK"], 0, self.simulator, stream), partial,
+                          blocks, out)
 
-    def _counter_array(self):
+    def _counter_array(self, stream):
+        """The last-block counter of calls on ``stream`` (zero between calls: the last block resets it)."""
         from numba import cuda
 
-        if self._counter is None:
-            self._counter = cuda.to_device(np.zeros(1, dtype=np.int32))
-        return self._counter
+        key = stream_key(stream)
+        if key not in self._counters:
+            self._counters[key] = cuda.to_device(np.zeros(1, dtype=np.int32))
+        return self._counters[key]
 
-    def _config(self, shape: tuple[int, ...]):
-        if shape not in self._launches:
-            self._launches[shape] = self._make_config(shape)
-        return self._launches[shape]
+    def _config(self, shape: tuple[int, ...], stream):
+        """The launch configuration and workspace for calls of this shape on this stream."""
+        key = (shape, stream_key(stream))
+        if key not in self._launches:
+            self._launches[key] = self._make_config(shape, stream)
+        return self._launches[key]
 
-    def _make_config(self, shape: tuple[int, ...]):
+    def _make_config(self, shape: tuple[int, ...], stream):
         from numba import cuda
 
         p = self.params
@@ -183,17 +204,18 @@ class ReduceKernel(Planned, Kernel):
             chunk = p["BLOCK"] * p["ITEMS"] * p["VEC"]
             blocks = max(1, min(-(-n // chunk), p["WAVES"] * sms))
             partial = cuda.device_array(blocks, dtype=self.dtype)
-            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator), (partial, blocks)
-        M, N = shape
+            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), (partial, blocks)
+        M, N = shape[-2:]
         if self.axis == 1:
             rows_per_block = p["BLOCK"] // 32 if p["ROW_MODE"] == "warp" else 1
             blocks = max(1, min(-(-M // rows_per_block), p["WAVES"] * sms))
-            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator), None
+            return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), None
         splits = max(1, min(p["ROW_SPLIT"], M))
         rows_per_split = -(-M // splits)
         splits = -(-M // rows_per_split)
-        grid = (max(1, -(-N // (p["BX"] * p["VEC"]))), splits)
-        return configure(self.entry, grid, p["BLOCK"], 0, self.simulator), (rows_per_split, splits)
+        columns = N * (shape[0] if self.axis == -2 else 1)
+        grid = (max(1, -(-columns // (p["BX"] * p["VEC"]))), splits)
+        return configure(self.entry, grid, p["BLOCK"], 0, self.simulator, stream), (rows_per_split, splits)
 
 
 def _host_identity(op: str) -> float:

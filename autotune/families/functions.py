@@ -1,0 +1,364 @@
+"""NumPy-style functions: ``autotune.sum/max/min/nanmax/nanmin/dot/matmul``, tuned for each call's own shape.
+
+Each call brings its arrays to one of the families' problem forms, takes the kernel tuned for that shape (the
+database entry for the exact shape, else the nearest, else the family's default, announced once per shape and
+process by a ``TunedKernelWarning``) and keeps it for the next call of the same shape.
+
+Semantics are NumPy's: result shapes and dtypes, ``axis`` (negative, a tuple), ``keepdims``, NaN in max and min,
+the empty cases; ``matmul`` of 1-D operands and of stacks of matrices with broadcasting. What is not supported
+raises a clear error instead of computing something else. NumPy inputs give NumPy results (a NumPy scalar
+where NumPy returns one); device inputs (Numba, CuPy, PyTorch CUDA) give Numba device arrays, 0-d where NumPy
+returns a scalar, and nothing waits for the GPU.
+
+Layouts: C-contiguous arrays and F-contiguous ones (transposed views: ``x.T`` of a NumPy or CuPy array, a
+PyTorch ``t.t()``) are read in place; a reduction of an F-contiguous array reduces the matching axis of its
+C-contiguous base, a matmul operand picks the transposed layout. Other strided views are refused, naming the
+copy to make. Work is queued on ``stream`` (see autotune/streams.py).
+"""
+from __future__ import annotations
+
+import math
+import operator
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from .. import arrays, streams
+from ..streams import as_stream, stream_key
+
+__all__ = ["sum", "max", "min", "nanmax", "nanmin", "dot", "matmul"]
+
+MAX_REPLAYS = 256
+_kernels: dict[tuple, Any] = {}
+_replays: dict[tuple, Callable[[], Any]] = {}
+_lock = threading.Lock()
+
+
+# -- public functions -----------------------------------------------------------------------------
+def sum(x, axis=None, *, keepdims: bool = False, dtype=None, out=None, stream=None):
+    """``np.sum(x, axis, keepdims=keepdims)``: float32 or float64 arrays, summed in their own dtype."""
+    return _reduce("sum", x, axis, keepdims, dtype, out, stream)
+
+
+def max(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
+    """``np.max``: NaN anywhere in a reduced line makes its result NaN; no identity, so an empty line raises."""
+    return _reduce("max", x, axis, keepdims, None, out, stream)
+
+
+def min(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
+    """``np.min``, with NaN and empty lines as ``max``."""
+    return _reduce("min", x, axis, keepdims, None, out, stream)
+
+
+def nanmax(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
+    """``np.nanmax``: NaN skipped; a line of only NaN gives NaN (without NumPy's warning)."""
+    return _reduce("nanmax", x, axis, keepdims, None, out, stream)
+
+
+def nanmin(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
+    """``np.nanmin``, as ``nanmax``."""
+    return _reduce("nanmin", x, axis, keepdims, None, out, stream)
+
+
+def dot(a, b, *, out=None, stream=None):
+    """``np.dot`` of two 1-D arrays (their inner product) or two 2-D arrays (``matmul``)."""
+    host = arrays.is_host(a) and arrays.is_host(b)
+    da, db = _device(a, "a"), _device(b, "b")
+    if da.ndim == 1 and db.ndim == 1:
+        if da.shape != db.shape:
+            raise ValueError(f"shapes {tuple(da.shape)} and {tuple(db.shape)} not aligned for dot")
+        return _reduce("dot", da, None, False, None, out, stream, y=db, host=host)
+    if da.ndim == 2 and db.ndim == 2:
+        return _matmul(da, db, out, stream, host)
+    raise ValueError(f"autotune.dot takes two 1-D or two 2-D arrays, got {da.ndim}-D and {db.ndim}-D (use "
+                     f"autotune.matmul for stacks of matrices)")
+
+
+def matmul(A, B, *, out=None, stream=None):
+    """``A @ B`` as ``np.matmul``: 2-D products, 1-D operands (a vector is a 1 x K row on the left, a K x 1
+    column on the right, and that 1 is dropped from the result) and stacks of matrices, whose leading dimensions
+    broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one."""
+    return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B))
+
+
+def _matmul(A, B, out, stream, host: bool):
+    launch_stream = as_stream(stream)
+    replay = _Replay(("matmul",), (A, B), out, launch_stream)
+    if replay.done():
+        return out
+    dA, dB = _device(A, "A"), _device(B, "B")
+    dtype = _same_dtype("matmul", dA, dB)
+    if dA.ndim == 0 or dB.ndim == 0:
+        raise ValueError("matmul: an operand is 0-d (a scalar); use multiplication")
+    a2 = dA.reshape(1, dA.shape[0]) if dA.ndim == 1 else dA
+    b2 = dB.reshape(dB.shape[0], 1) if dB.ndim == 1 else dB
+    (M, K), (K2, N) = a2.shape[-2:], b2.shape[-2:]
+    if K != K2:
+        raise ValueError(f"matmul: shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align (K {K} != {K2})")
+    try:
+        batch = np.broadcast_shapes(tuple(a2.shape[:-2]), tuple(b2.shape[:-2]))
+    except ValueError:
+        raise ValueError(f"matmul: the stack shapes of {tuple(dA.shape)} and {tuple(dB.shape)} do not "
+                         f"broadcast") from None
+    shape = batch + ((M,) if dA.ndim > 1 else ()) + ((N,) if dB.ndim > 1 else ())
+    result = _result(out, shape, dtype, "C")
+    c3 = result.reshape(batch + (M, N))
+    replay.follow()
+    if math.prod(batch) and M and N and not K:
+        _zero(c3, launch_stream)
+    elif math.prod(batch) and M and N:
+        calls = []
+        for index in np.ndindex(*batch):
+            a, b = _stacked(a2, index, batch), _stacked(b2, index, batch)
+            kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"))
+            calls.append((kernel, a, b, c3[index] if index else c3))
+        for kernel, a, b, c in calls:
+            _call(kernel, a, b, c, out, launch_stream)
+        replay.keep(lambda: _in_turn([k.bind(a, b, out=c, stream=launch_stream) for k, a, b, c in calls]))
+    return _returned(result, host, out, scalar=shape == ())
+
+
+def _call(kernel, a, b, target, out, stream) -> None:
+    """``kernel(a, b, out=target)``: through its plans where the caller gave ``out`` (the same memory again next
+    time), else checked once (a new output every call)."""
+    if out is not None:
+        kernel(*((a,) if b is None else (a, b)), out=target, stream=stream)
+    else:
+        kernel.call_once(a, b, target, stream)
+
+
+def _in_turn(plans: list) -> Callable[[], None]:
+    def run():
+        for plan in plans:
+            plan()
+    return run
+
+
+# -- reductions -----------------------------------------------------------------------------------
+def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: bool | None = None):
+    launch_stream = as_stream(stream)
+    replay = _Replay(("reduce", op, _hashable(axis), keepdims, dtype), (x, y), out, launch_stream)
+    if replay.done():
+        return out
+    if host is None:
+        host = arrays.is_host(x) and (y is None or arrays.is_host(y))
+    d = _device(x, "x")
+    dy = _device(y, "y") if y is not None else None
+    dtype_name = _same_dtype(op, d, dy) if dy is not None else _float_dtype(op, d)
+    if dtype is not None and np.dtype(dtype) != np.dtype(dtype_name):
+        raise TypeError(f"{op}: dtype={np.dtype(dtype).name} differs from the input's {dtype_name}; autotune "
+                        f"reduces in the input's dtype (convert the input first)")
+    axes = normalize_axis(axis, d.ndim)
+    shape = tuple(d.shape)
+    result_shape = tuple(1 if i in axes else n for i, n in enumerate(shape) if keepdims or i not in axes)
+    order = _order(d, "x")
+    base, base_axes = (d, axes) if order == "C" else (_c_base(d), tuple(sorted(d.ndim - 1 - a for a in axes)))
+    y_base = None if dy is None else (dy if order == "C" else _c_base(dy))
+    if dy is not None and _order(dy, "y") != order:
+        raise ValueError("dot: both operands must have the same layout (both C- or both F-contiguous)")
+    outer, extent, inner = collapse(tuple(base.shape), base_axes)
+    result = _result(out, result_shape, dtype_name, order)
+    replay.follow()
+    if not axes:
+        _copy(result, d, launch_stream)
+    elif extent == 0 and op not in ("sum", "dot"):
+        raise ValueError(f"zero-size array to reduction operation {op} which has no identity")
+    elif outer * inner and extent:
+        problem_shape, family_axis = problem_form(outer, extent, inner)
+        kernel = _kernel("reduce", problem_shape, dtype_name, op=op, axis=family_axis)
+        inputs = [base.reshape(problem_shape)] + ([y_base.reshape(problem_shape)] if y_base is not None else [])
+        target = arrays.flat(result, order=order).reshape(kernel_out_shape(outer, inner))
+        _call(kernel, inputs[0], inputs[1] if len(inputs) > 1 else None, target, out, launch_stream)
+        replay.keep(lambda: kernel.bind(*inputs, out=target, stream=launch_stream))
+    elif outer * inner:
+        _zero(result, launch_stream)
+    return _returned(result, host, out, scalar=not keepdims and len(result_shape) == 0)
+
+
+class _Replay:
+    """Repeated calls on the same device arrays with ``out=`` (same pointers, shapes, strides, dtypes, arguments
+    and stream) replay the launches of the first call: no conversions, checks or lookups, only the launches
+    (launch.Plan) and, where an array names a producer stream other than the launch stream, the wait for it."""
+
+    def __init__(self, call: tuple, inputs: tuple, out, stream):
+        self.stream = stream
+        self.interfaces = [None if v is None else getattr(v, "__cuda_array_interface__", False)
+                           for v in (*inputs, out)]
+        found = arrays.interfaces_key(self.interfaces) if out is not None else None
+        self.key = None if found is None else (call, found, stream_key(stream))
+
+    def done(self) -> bool:
+        """Replayed the call if it was kept (then the output is written, as far as the stream goes)."""
+        plan = _replays.get(self.key) if self.key is not None else None
+        if plan is None:
+            return False
+        self.follow()
+        plan()
+        return True
+
+    def follow(self) -> None:
+        streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
+
+    def keep(self, make: Callable[[], Callable[[], Any]]) -> None:
+        if self.key is not None:
+            if len(_replays) >= MAX_REPLAYS:
+                _replays.clear()
+            _replays[self.key] = make()
+
+
+def _hashable(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints, negative counting from the end) as sorted non-negative axes;
+    NumPy's AxisError when one is out of range, ValueError for a repeated one."""
+    if axis is None:
+        return tuple(range(ndim))
+    given = axis if isinstance(axis, (tuple, list)) else (axis,)
+    try:
+        given = [operator.index(a) for a in given]
+    except TypeError:
+        raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}") from None
+    axes = []
+    for a in given:
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim)
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"duplicate value in 'axis': {axis!r}")
+    return tuple(sorted(axes))
+
+
+def collapse(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int]:
+    """(outer, R, inner): the extents before, of and after the reduced axes of a C-contiguous array, which must
+    be adjacent (then the array is an (outer, R, inner) array reduced along its middle, without a copy)."""
+    if not axes:
+        return math.prod(shape), 1, 1
+    if list(axes) != list(range(axes[0], axes[-1] + 1)):
+        raise ValueError(f"axes {axes} of a C-contiguous {len(shape)}-D array are not adjacent; autotune reduces "
+                         f"one axis or adjacent axes in one call: reduce in two calls (e.g. axis={axes[-1]}, then "
+                         f"axis={axes[0]})")
+    return (math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:]))
+
+
+def problem_form(outer: int, extent: int, inner: int) -> tuple[tuple[int, ...], Any]:
+    """The reduce family's problem (shape, axis) for an (outer, R, inner) reduction along R."""
+    if inner == 1:
+        return ((extent,), None) if outer == 1 else ((outer, extent), 1)
+    return ((extent, inner), 0) if outer == 1 else ((outer, extent, inner), -2)
+
+
+def kernel_out_shape(outer: int, inner: int) -> tuple[int, ...]:
+    """The shape of the output the family's kernel writes for ``problem_form(outer, R, inner)``."""
+    if inner == 1:
+        return (outer,)
+    return (inner,) if outer == 1 else (outer, inner)
+
+
+# -- pieces ---------------------------------------------------------------------------------------
+def _kernel(kind: str, shape: tuple[int, ...], dtype: str, **args):
+    """The tuned kernel for this problem, kept per problem for the process (the lookup's warnings once)."""
+    key = (kind, shape, dtype, tuple(sorted(args.items(), key=str)))
+    kernel = _kernels.get(key)
+    if kernel is None:
+        from ..lookup import get_best_kernel
+
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                kernel = _kernels[key] = get_best_kernel(kind, shape, dtype, **args)
+    return kernel
+
+
+def _device(x, name: str):
+    return arrays.to_device(x, name)
+
+
+def _float_dtype(op: str, d) -> str:
+    name = np.dtype(d.dtype).name
+    if name not in ("float32", "float64"):
+        raise TypeError(f"{op}: autotune reduces float32 and float64 arrays; got {name} (convert it, e.g. "
+                        f"x.astype(np.float32))")
+    return name
+
+
+def _same_dtype(op: str, a, b) -> str:
+    name = _float_dtype(op, a)
+    if np.dtype(b.dtype).name != name:
+        raise TypeError(f"{op}: operands differ in dtype ({name} and {np.dtype(b.dtype).name}); autotune does not "
+                        f"promote: convert one")
+    return name
+
+
+def _order(d, name: str) -> str:
+    if arrays.is_c_contiguous(d):
+        return "C"
+    if arrays.is_f_contiguous(d):
+        return "F"
+    raise ValueError(f"{name} is a strided view (shape {tuple(d.shape)}, strides {tuple(d.strides)}); autotune "
+                     f"reads C- or F-contiguous arrays: copy it first (np.ascontiguousarray, cupy.ascontiguousarray, "
+                     f"tensor.contiguous())")
+
+
+def _c_base(d):
+    """The C-contiguous array of reversed shape whose transpose the F-contiguous ``d`` is (a view)."""
+    return arrays.flat(d, order="F").reshape(tuple(d.shape)[::-1])
+
+
+def _layout(d, name: str) -> str:
+    """'n' for a C-contiguous matrix, 't' for the transpose of one."""
+    return "n" if _order(d, name) == "C" else "t"
+
+
+def _stacked(d, index: tuple[int, ...], batch: tuple[int, ...]):
+    """Matrix ``index`` of the stack ``batch`` from ``d``, whose leading dimensions broadcast to it."""
+    lead = d.ndim - 2
+    if lead == 0:
+        return d
+    own = tuple(0 if n == 1 else i for i, n in zip(index[len(batch) - lead:], d.shape[:lead]))
+    return d[own]
+
+
+def _result(out, shape: tuple[int, ...], dtype: str, order: str):
+    """``out`` checked (a device array of the result's shape, dtype and layout), or a new device array."""
+    from numba import cuda
+
+    if out is None:
+        return cuda.device_array(shape, dtype=dtype, order=order)
+    if arrays.is_host(out):
+        raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+    d = arrays.to_device(out, "out")
+    if tuple(d.shape) != shape or np.dtype(d.dtype).name != dtype:
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {tuple(d.shape)} and "
+                         f"{np.dtype(d.dtype).name}")
+    contiguous = arrays.is_c_contiguous(d) if order == "C" else arrays.is_f_contiguous(d)
+    if not contiguous:
+        what = "C-contiguous" if order == "C" else "F-contiguous (the input is a transposed view)"
+        raise ValueError(f"out must be {what}")
+    return d
+
+
+def _zero(d, stream) -> None:
+    from numba import cuda
+
+    if d.size:
+        flat = arrays.flat(d, order="C" if arrays.is_c_contiguous(d) else "F")
+        flat.copy_to_device(cuda.to_device(np.zeros(flat.size, dtype=flat.dtype), stream=stream), stream=stream)
+
+
+def _copy(result, d, stream) -> None:
+    """``result[...] = d`` for a reduction over no axis (same shape and layout)."""
+    order = "C" if arrays.is_c_contiguous(d) else "F"
+    if d.size:
+        arrays.flat(result, order=order).copy_to_device(arrays.flat(d, order=order), stream=stream)
+
+
+def _returned(result, host: bool, out=None, scalar: bool = False):
+    """NumPy's answer: for NumPy inputs a NumPy array (a scalar where NumPy gives one); for device inputs ``out``
+    itself where given, else the new device array."""
+    if not host:
+        return out if out is not None else result
+    value = result.copy_to_host()
+    return value[()] if scalar else value

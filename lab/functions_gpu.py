@@ -1,0 +1,187 @@
+"""On the GPU: the NumPy-style functions (autotune.sum/max/.../matmul) checked against NumPy, the caller's stream
+honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
+
+    python lab/functions_gpu.py [--quick]      (needs CuPy and PyTorch; prints Markdown tables)
+
+1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
+   NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks.
+2. Streams: a producer on a non-blocking PyTorch stream sleeps on the GPU, then writes ``x``; the sum of ``x``
+   with ``stream=`` that stream, read after the stream synchronises, must be exact every time. The same
+   without ``stream=`` shows whether it races (it runs on the legacy default stream, which a non-blocking
+   stream does not wait for).
+3. Host microseconds per call on device arrays, synchronised every 200 calls: a 2^20 sum and a 1024^3 matmul,
+   against cupy.sum / torch.sum and cupy.matmul / torch.matmul.
+4. GPU time (CUDA events, L2 flushed, median) of reductions along each axis of 3-D shapes and of 65536x256
+   along axis 1, against cupy.sum and torch.sum.
+"""
+import argparse
+import sys
+import time
+import warnings
+
+import numpy as np
+from numba import cuda
+
+import autotune
+from autotune.timing import L2Flusher, bench
+
+OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
+
+
+def check_reductions(rng, quick: bool) -> list[str]:
+    failures = []
+    shapes = [(1_000_003,), (1031, 2053), (64, 1000, 33), (7, 130, 1031), (3, 5, 67, 129)]
+    for shape in shapes[:3] if quick else shapes:
+        for op, ref in OPS.items():
+            x = rng.integers(-8, 9, shape).astype(np.float32) if op == "sum" else \
+                rng.standard_normal(shape).astype(np.float32)
+            if op != "sum":
+                x.flat[rng.integers(x.size, size=3)] = np.nan
+            for order in ("C", "F"):
+                a = np.asfortranarray(x) if order == "F" else x
+                d = cuda.to_device(a)
+                axes = [None, *range(len(shape)), -1] + [(i, i + 1) for i in range(len(shape) - 1)]
+                for axis in axes:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        want = ref(a.astype(np.float64), axis=axis, keepdims=True).astype(np.float32)
+                    got = getattr(autotune, op)(d, axis=axis, keepdims=True).copy_to_host()
+                    close = np.array_equal(got, want, equal_nan=True) if op != "sum" else \
+                        np.allclose(got, want, rtol=0, atol=0, equal_nan=True)
+                    if not close:
+                        failures.append(f"{op} {shape} {order} axis={axis}")
+        if len(shape) == 3:  # a repeated call with out= replays its launches: new data, same memory
+            x = rng.integers(-8, 9, shape).astype(np.float32)
+            d, out = cuda.to_device(x), cuda.device_array(shape[::2], np.float32)
+            for _ in range(2):
+                d.copy_to_device(x)
+                autotune.sum(d, axis=1, out=out)
+                if not np.array_equal(out.copy_to_host(), x.astype(np.float64).sum(axis=1)):
+                    failures.append(f"replayed sum {shape}")
+                x = x[::-1].copy()
+    return failures
+
+
+def check_matmul(rng) -> list[str]:
+    failures = []
+    A = rng.integers(-4, 5, (300, 257)).astype(np.float32)
+    B = rng.integers(-4, 5, (257, 131)).astype(np.float32)
+    for layout in ("nn", "tn", "nt", "tt"):
+        a = cuda.to_device(np.asfortranarray(A) if layout[0] == "t" else A)
+        b = cuda.to_device(np.asfortranarray(B) if layout[1] == "t" else B)
+        out = cuda.to_device(np.full((300, 131), np.nan, np.float32))
+        autotune.matmul(a, b, out=out)
+        if not np.array_equal(out.copy_to_host(), A.astype(np.float64) @ B):
+            failures.append(f"matmul {layout}")
+    S = rng.integers(-4, 5, (3, 1, 300, 257)).astype(np.float32)
+    T = rng.integers(-4, 5, (4, 257, 131)).astype(np.float32)
+    for a, b in ((S, T), (A[0], B), (A, B[:, 0].copy()), (S, B)):
+        if not np.array_equal(autotune.matmul(a, b), np.matmul(a.astype(np.float64), b)):
+            failures.append(f"matmul {a.shape} @ {b.shape}")
+    return failures
+
+
+def stream_race(iterations: int) -> dict[str, int]:
+    import torch
+
+    n = 1 << 24
+    x = torch.zeros(n, device="cuda")
+    stream = torch.cuda.Stream()
+    wrong = {}
+    for label, given in (("stream=", True), ("no stream=", False)):
+        bad = 0
+        for it in range(1, iterations + 1):
+            with torch.cuda.stream(stream):
+                torch.cuda._sleep(2_000_000)  # about a millisecond of GPU time before x is written
+                x.fill_(float(it))
+                total = autotune.sum(x, stream=stream if given else None)
+            stream.synchronize()
+            cuda.synchronize()
+            bad += float(total.copy_to_host()) != float(it) * n
+        wrong[label] = bad
+    return wrong
+
+
+def per_call_us(fn, n: int = 2000) -> float:
+    for _ in range(50):
+        fn()
+    cuda.synchronize()
+    t0 = time.perf_counter()
+    for i in range(n):
+        fn()
+        if i % 200 == 199:
+            cuda.synchronize()
+    cuda.synchronize()
+    return (time.perf_counter() - t0) / n * 1e6
+
+
+def host_times(rng) -> list[tuple[str, float]]:
+    import cupy as cp
+    import torch
+
+    x = cp.asarray(rng.standard_normal(1 << 20).astype(np.float32))
+    t = torch.as_tensor(x, device="cuda")
+    r = cp.empty((), cp.float32)
+    A = cp.asarray(rng.standard_normal((1024, 1024)).astype(np.float32))
+    C = cp.empty((1024, 1024), cp.float32)
+    tA = torch.as_tensor(A, device="cuda")
+    return [("autotune.sum(x), 2^20", per_call_us(lambda: autotune.sum(x))),
+            ("autotune.sum(x, out=r), 2^20", per_call_us(lambda: autotune.sum(x, out=r))),
+            ("cupy.sum(x), 2^20", per_call_us(lambda: cp.sum(x))),
+            ("torch.sum(t), 2^20", per_call_us(lambda: torch.sum(t))),
+            ("autotune.matmul(A, A), 1024^3", per_call_us(lambda: autotune.matmul(A, A), 500)),
+            ("autotune.matmul(A, A, out=C), 1024^3", per_call_us(lambda: autotune.matmul(A, A, out=C), 500)),
+            ("cupy.matmul(A, A), 1024^3", per_call_us(lambda: cp.matmul(A, A), 500)),
+            ("torch.matmul(tA, tA), 1024^3", per_call_us(lambda: torch.matmul(tA, tA), 500))]
+
+
+def axis_bench(rng) -> list[tuple]:
+    import cupy as cp
+    import torch
+
+    flush = L2Flusher()
+    rows = []
+    for shape, axes in (((64, 1024, 1024), (0, 1, 2)), ((65536, 256), (1,)), ((256, 65536), (0,))):
+        x = cp.asarray(rng.standard_normal(shape).astype(np.float32))
+        t = torch.as_tensor(x, device="cuda")
+        for axis in axes:
+            out_shape = tuple(n for i, n in enumerate(shape) if i != axis)
+            r = cp.empty(out_shape, cp.float32)
+            want = cp.asnumpy(x).astype(np.float64).sum(axis=axis)
+            autotune.sum(x, axis=axis, out=r)
+            ok = np.allclose(cp.asnumpy(r), want, rtol=1e-4, atol=1e-2)
+            times = {"autotune": bench(lambda: autotune.sum(x, axis=axis, out=r), flush=flush).median_ms,
+                     "cupy": bench(lambda: cp.sum(x, axis=axis, out=r), flush=flush).median_ms,
+                     "torch": bench(lambda: torch.sum(t, dim=axis), flush=flush).median_ms}
+            gbps = {k: x.nbytes / v / 1e6 for k, v in times.items()}
+            rows.append(("x".join(map(str, shape)), axis, ok, gbps["autotune"], gbps["cupy"], gbps["torch"],
+                         times["cupy"] / times["autotune"]))
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="fewer shapes in the checks")
+    parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
+    args = parser.parse_args()
+    rng = np.random.default_rng(0)
+    warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+    t0 = time.time()
+    failures = check_reductions(rng, args.quick) + check_matmul(rng)
+    print(f"checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
+    race = stream_race(args.iterations)
+    print(f"stream test, wrong results of {args.iterations}: {race}", flush=True)
+    host = host_times(rng)
+    print("\n| call (device arrays) | host us per call |\n| --- | --- |")
+    for name, us in host:
+        print(f"| {name} | {us:.1f} |")
+    rows = axis_bench(rng)
+    print("\n| shape | axis | correct | autotune GB/s | cupy GB/s | torch GB/s | autotune vs cupy |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+    for shape, axis, ok, a, c, t, ratio in rows:
+        print(f"| {shape} | {axis} | {ok} | {a:.0f} | {c:.0f} | {t:.0f} | {ratio:.2f}x |")
+    return 1 if failures or race["stream="] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,239 @@
+"""autotune.sum/max/min/nanmax/nanmin/dot/matmul against NumPy in the CUDA simulator: 1-D to 4-D arrays,
+every axis (negative, tuples), keepdims, transposed views, stacks of matrices, NaN-poisoned outputs, the empty
+and refused cases, and streams."""
+import warnings
+
+import numpy as np
+import pytest
+from numba import cuda
+
+import autotune
+from autotune import streams
+from autotune.families import functions
+from checks import assert_matmul_close, poisoned, small_integers
+
+OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
+SHAPES = [(7,), (3, 5), (2, 3, 5), (2, 1, 3, 4)]
+
+
+@pytest.fixture(autouse=True)
+def empty_database(tmp_path, monkeypatch):
+    """No tuned entries: every shape takes the family's default (the fallback announced by a warning)."""
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+        yield
+
+
+def axes_of(ndim):
+    """Every single axis (positive and negative), the adjacent pairs, all axes, and no axis."""
+    single = [a for a in range(ndim)] + [-1]
+    pairs = [(a, a + 1) for a in range(ndim - 1)]
+    return [None, *single, *pairs, tuple(range(ndim)), ()]
+
+
+def data(rng, shape, op, dtype):
+    """Integers for sums (exact in float32), normal data with a NaN planted for max and min."""
+    if op == "sum":
+        return small_integers(rng, shape, dtype)
+    x = rng.standard_normal(shape).astype(dtype)
+    if x.size > 2:
+        x.flat[rng.integers(x.size)] = np.nan
+    return x
+
+
+def expected(op, x, axis, keepdims):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return OPS[op](x.astype(np.float64), axis=axis, keepdims=keepdims)
+
+
+@pytest.mark.parametrize("op", OPS)
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_reductions_match_numpy_on_every_axis(rng, op, shape):
+    dtype = np.float32 if len(shape) % 2 else np.float64
+    x = data(rng, shape, op, dtype)
+    for index, axis in enumerate(axes_of(len(shape))):
+        for keepdims in (False, True) if index % 2 else (False,):
+            got = getattr(autotune, op)(x, axis=axis, keepdims=keepdims)
+            want = expected(op, x, axis, keepdims)
+            assert np.shape(got) == np.shape(want), (axis, keepdims)
+            assert np.asarray(got).dtype == dtype
+            np.testing.assert_array_equal(got, want.astype(dtype), err_msg=f"axis={axis} keepdims={keepdims}")
+
+
+@pytest.mark.parametrize("op", ["sum", "max"])
+def test_transposed_views_reduce_in_place(rng, op):
+    """An F-contiguous array (x.T) reduces along the matching axis of its C-contiguous base."""
+    base = data(rng, (4, 3, 5), op, np.float32)
+    x = base.T  # shape (5, 3, 4), F-contiguous
+    for axis in (None, 0, 1, 2, -1, (0, 1), (1, 2)):
+        np.testing.assert_array_equal(getattr(autotune, op)(x, axis=axis), expected(op, x, axis, False).astype(np.float32))
+    d = cuda.to_device(base).reshape(base.size).reshape((5, 3, 4), order="F")  # a device array's transposed view
+    got = getattr(autotune, op)(d, axis=1)
+    assert got.shape == (5, 4)
+    np.testing.assert_array_equal(got.copy_to_host(), expected(op, x, 1, False).astype(np.float32))
+
+
+def test_device_inputs_give_device_results_and_fill_out(rng):
+    x = small_integers(rng, (6, 7, 3), np.float32)
+    d = cuda.to_device(x)
+    total = autotune.sum(d)
+    assert total.shape == () and total.copy_to_host() == x.sum()
+    out = poisoned((6, 3), np.float32)
+    assert autotune.sum(d, axis=1, out=out) is out
+    np.testing.assert_array_equal(out.copy_to_host(), x.sum(axis=1))
+    out = poisoned((6, 3), np.float32)
+    autotune.max(d, axis=-2, out=out)  # a second call of the shape reuses the kept kernel
+    np.testing.assert_array_equal(out.copy_to_host(), x.max(axis=1))
+    with pytest.raises(ValueError, match="shape"):
+        autotune.sum(d, axis=1, out=poisoned((6, 7), np.float32))
+    with pytest.raises(TypeError, match="device array"):
+        autotune.sum(d, axis=1, out=np.zeros((6, 3), np.float32))
+
+
+def test_empty_arrays_as_numpy(rng):
+    z = np.zeros((3, 0, 2), np.float32)
+    np.testing.assert_array_equal(autotune.sum(z, axis=1), np.zeros((3, 2), np.float32))
+    assert autotune.sum(z) == 0
+    assert autotune.max(z, axis=0).shape == (0, 2)
+    with pytest.raises(ValueError, match="no identity"):
+        autotune.max(z, axis=1)
+    with pytest.raises(ValueError, match="no identity"):
+        autotune.min(z)
+
+
+def test_refused_calls_say_why(rng):
+    x = rng.standard_normal((3, 4, 5)).astype(np.float32)
+    with pytest.raises(np.exceptions.AxisError):
+        autotune.sum(x, axis=3)
+    with pytest.raises(ValueError, match="duplicate"):
+        autotune.sum(x, axis=(1, -2))
+    with pytest.raises(ValueError, match="not adjacent"):
+        autotune.sum(x, axis=(0, 2))
+    with pytest.raises(TypeError, match="int32"):
+        autotune.sum(x.astype(np.int32))
+    with pytest.raises(TypeError, match="dtype=float64"):
+        autotune.sum(x, dtype=np.float64)
+    assert autotune.sum(x, dtype="f4") == pytest.approx(x.astype(np.float64).sum(), rel=1e-5)
+    with pytest.raises(ValueError, match="strided view"):
+        autotune.sum(cuda.to_device(x)[:, ::2])
+    with pytest.raises(TypeError, match="axis"):
+        autotune.sum(x, axis=1.0)
+
+
+def test_dot_is_numpys(rng):
+    a, b = (small_integers(rng, (37,), np.float64) for _ in range(2))
+    got = autotune.dot(a, b)
+    assert isinstance(got, np.float64) and got == a @ b
+    A, B = rng.standard_normal((5, 4)), rng.standard_normal((4, 3))
+    assert_matmul_close(autotune.dot(A, B), A, B)
+    with pytest.raises(ValueError, match="not aligned"):
+        autotune.dot(a, b[:-1])
+    with pytest.raises(ValueError, match="1-D or two 2-D"):
+        autotune.dot(A[None], B)
+
+
+MATMUL_CASES = [
+    ((5, 7), (7, 3)), ((1, 1), (1, 1)), ((13, 1), (1, 11)),
+    ((7,), (7, 3)), ((5, 7), (7,)), ((7,), (7,)),
+    ((2, 5, 7), (7, 3)), ((5, 7), (3, 7, 3)), ((2, 1, 5, 7), (3, 7, 3)),
+]
+
+
+@pytest.mark.parametrize("a_shape,b_shape", MATMUL_CASES, ids=str)
+def test_matmul_matches_numpy(rng, a_shape, b_shape):
+    A, B = rng.standard_normal(a_shape).astype(np.float32), rng.standard_normal(b_shape).astype(np.float32)
+    got, want = autotune.matmul(A, B), A.astype(np.float64) @ B
+    assert np.shape(got) == want.shape and np.asarray(got).dtype == np.float32
+    if want.ndim == 0:
+        assert isinstance(got, np.float32)
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    bound = 2 * A.shape[-1] * np.finfo(np.float32).eps * np.matmul(np.abs(A64), np.abs(B64))
+    assert not np.isnan(got).any()
+    assert (np.abs(np.asarray(got) - want) <= bound).all()
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn", "nt", "tt"])
+def test_matmul_takes_transposed_views_without_layout(rng, layout):
+    A = rng.standard_normal((6, 5)).astype(np.float32)
+    B = rng.standard_normal((5, 4)).astype(np.float32)
+    a = np.asfortranarray(A) if layout[0] == "t" else A
+    b = np.asfortranarray(B) if layout[1] == "t" else B
+    out = poisoned((6, 4), np.float32)
+    assert autotune.matmul(cuda.to_device(a), cuda.to_device(b), out=out) is out
+    assert_matmul_close(out.copy_to_host(), A, B)
+
+
+def test_matmul_empty_and_refused(rng):
+    np.testing.assert_array_equal(autotune.matmul(np.ones((3, 0), np.float32), np.ones((0, 2), np.float32)),
+                                  np.zeros((3, 2), np.float32))
+    assert autotune.matmul(np.ones((0, 4), np.float32), np.ones((4, 2), np.float32)).shape == (0, 2)
+    with pytest.raises(ValueError, match="do not align"):
+        autotune.matmul(np.ones((3, 4), np.float32), np.ones((5, 2), np.float32))
+    with pytest.raises(ValueError, match="broadcast"):
+        autotune.matmul(np.ones((2, 3, 4), np.float32), np.ones((3, 4, 2), np.float32))
+    with pytest.raises(TypeError, match="promote"):
+        autotune.matmul(np.ones((3, 4), np.float32), np.ones((4, 2), np.float64))
+    with pytest.raises(ValueError, match="scalar"):
+        autotune.matmul(np.array(2, np.float32), np.ones((4, 2), np.float32))
+
+
+class _ProtocolStream:
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __cuda_stream__(self):
+        return (0, self.handle)
+
+
+def test_stream_arguments_are_read_in_every_form():
+    assert streams.stream_handle(_ProtocolStream(1234)) == 1234
+    assert streams.stream_handle(type("TorchLike", (), {"cuda_stream": 77})()) == 77
+    assert streams.stream_handle(type("CupyLike", (), {"ptr": 99})()) == 99
+    assert streams.stream_handle(5) == 5
+    for bad in ("s", 1.5, True, object()):
+        with pytest.raises(TypeError):
+            streams.stream_handle(bad)
+    with pytest.raises(ValueError):
+        streams.stream_handle(-1)
+    # the simulator runs everything at once: every stream is its default one, and calls take them all
+    assert streams.as_stream(None) == streams.as_stream(cuda.stream()) == streams.as_stream(_ProtocolStream(9)) == 0
+
+
+def test_calls_take_a_stream(rng):
+    x = small_integers(rng, (9, 4), np.float32)
+    for stream in (None, 0, cuda.stream(), _ProtocolStream(42)):
+        np.testing.assert_array_equal(autotune.sum(x, axis=0, stream=stream), x.sum(axis=0))
+        assert_matmul_close(autotune.matmul(x, x.T.copy(), stream=stream), x, x.T.copy())
+
+
+def test_problem_forms():
+    assert functions.problem_form(1, 10, 1) == ((10,), None)
+    assert functions.problem_form(4, 10, 1) == ((4, 10), 1)
+    assert functions.problem_form(1, 10, 3) == ((10, 3), 0)
+    assert functions.problem_form(2, 10, 3) == ((2, 10, 3), -2)
+    assert functions.collapse((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
+
+
+class _Interfaced:
+    """Stands for a device array by its CUDA Array Interface alone (the simulator's arrays have none)."""
+
+    def __init__(self, pointer, stream=None):
+        self.__cuda_array_interface__ = {"data": (pointer, False), "shape": (4,), "strides": None, "typestr": "<f4",
+                                         "version": 3, "stream": stream}
+
+
+def test_repeated_device_calls_with_out_replay_the_kept_launches():
+    calls = []
+    x, out = _Interfaced(4096), _Interfaced(8192)
+    first = functions._Replay(("reduce", "sum", None, False, None), (x, None), out, 0)
+    assert not first.done()
+    first.keep(lambda: lambda: calls.append("launched"))
+    again = functions._Replay(("reduce", "sum", None, False, None), (x, None), out, 0)
+    assert again.done() and calls == ["launched"]
+    for other in ((("reduce", "max", None, False, None), (x, None), out),      # another op
+                  (("reduce", "sum", None, False, None), (_Interfaced(4100), None), out),  # other memory
+                  (("reduce", "sum", None, False, None), (x, None), None)):    # a new output each call
+        assert not functions._Replay(*other, 0).done()
+    assert functions._Replay(("reduce", "sum", None, False, None), (np.ones(4), None), out, 0).key is None
