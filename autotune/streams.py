@@ -79,7 +79,7 @@ def follow(stream, producers: Iterable[int | None]) -> None:
         event.wait(stream=stream)
 
 
-LEGACY, PER_THREAD = 1, 2  # the CUDA Array Interface's names of the two default streams
+LEGACY = 1  # the CUDA Array Interface's name of the legacy default stream (2 is the per-thread one)
 
 
 def _same_stream(producer: int, own: int) -> bool:

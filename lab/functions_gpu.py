@@ -24,6 +24,7 @@ from numba import cuda
 
 import autotune
 from autotune.timing import L2Flusher, bench
+from call_overhead import per_call_us  # lab/call_overhead.py: host microseconds per call
 
 OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
 
@@ -100,19 +101,6 @@ def stream_race(iterations: int) -> dict[str, int]:
             bad += float(total.copy_to_host()) != float(it) * n
         wrong[label] = bad
     return wrong
-
-
-def per_call_us(fn, n: int = 2000) -> float:
-    for _ in range(50):
-        fn()
-    cuda.synchronize()
-    t0 = time.perf_counter()
-    for i in range(n):
-        fn()
-        if i % 200 == 199:
-            cuda.synchronize()
-    cuda.synchronize()
-    return (time.perf_counter() - t0) / n * 1e6
 
 
 def host_times(rng) -> list[tuple[str, float]]:
