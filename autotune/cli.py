@@ -20,6 +20,7 @@ import os
 import sys
 from pathlib import Path
 
+from .records import COMPILE_TIMEOUT_S
 from .registry import BUILTIN, FamilyError, known, register_family
 from .registry import family as family_named
 
@@ -175,8 +176,8 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
                    help="CPU processes compiling ahead of the GPU (default: one fewer than the CPUs, at most 16)")
     p.add_argument("--job-timeout", type=_positive_float, default=90.0,
                    help="seconds a variant may take to check and time before its worker is restarted (default 90)")
-    p.add_argument("--compile-timeout", type=_positive_float, default=300.0,
-                   help="seconds a variant may take to compile before it counts as failed (default 300)")
+    p.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
+                   help="seconds a variant may take to compile before it counts as failed (default %(default)g)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")
@@ -241,9 +242,9 @@ def _selftest_parser(sub) -> None:
     s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
                    help="only this family (repeatable; default: the built-in ones)")
     s.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
-    s.add_argument("--compile-timeout", type=_positive_float, default=300.0,
+    s.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
-                        "would skip them (default 300, as tune's)")
+                        "would skip them (default %(default)g, as tune's)")
     s.set_defaults(run=run_selftest)
 
 

@@ -93,6 +93,18 @@ class Kernel:
     entry: Any
     signature: str
 
+    def __init__(self, family: "KernelFamily", module, params: Mapping[str, Any], dtype: str,
+                 args: Mapping[str, Any], source: str, simulator: bool):
+        """What every kernel keeps: its family, the loaded generated module, the validated parameters, dtype and
+        family arguments, the rendered source, and whether it runs in the simulator."""
+        self.family = family
+        self.module = module
+        self.params = dict(params)
+        self.dtype = dtype
+        self.args = dict(args)
+        self.source = source
+        self.simulator = simulator
+
     def __call__(self, *inputs, out=None):  # pragma: no cover - the families implement it
         raise NotImplementedError
 

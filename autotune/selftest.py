@@ -17,11 +17,11 @@ import numpy as np
 
 from .build import build_kernel
 from .problem import Instance, Problem
+from .records import COMPILE_TIMEOUT_S
 from .registry import family as family_named
 from .space import load_space
 
 SIMULATOR_VARIANTS = 1  # per family and arguments, in the simulator, where every GPU thread is a Python thread
-COMPILE_TIMEOUT_S = 300.0  # as ``autotune tune --compile-timeout``
 SKIPPED_STAGES = ("timeout", "pruned")  # compile results that tuning never measures
 
 

@@ -32,7 +32,7 @@ from . import backend
 from .device import DeviceInfo
 from .evaluate import compile_variant
 from .problem import Problem
-from .records import Outcome, job_for
+from .records import COMPILE_TIMEOUT_S, Outcome, job_for
 from .space import SearchSpace, load_space
 from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
@@ -56,7 +56,7 @@ class TuneConfig:
     space_path: str | None = None
     compile_workers: int = max(1, min(16, (os.cpu_count() or 2) - 1))
     job_timeout_s: float = 90.0
-    compile_timeout_s: float = 300.0
+    compile_timeout_s: float = COMPILE_TIMEOUT_S
     baseline: bool = True
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import arrays, streams
 from ..streams import as_stream, stream_key
+from .reduce import result_shape
 
 __all__ = ["sum", "max", "min", "nanmax", "nanmin", "dot", "matmul"]
 
@@ -151,14 +152,14 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
                         f"reduces in the input's dtype (convert the input first)")
     axes = normalize_axis(axis, d.ndim)
     shape = tuple(d.shape)
-    result_shape = tuple(1 if i in axes else n for i, n in enumerate(shape) if keepdims or i not in axes)
+    answer_shape = tuple(1 if i in axes else n for i, n in enumerate(shape) if keepdims or i not in axes)
     order = _order(d, "x")
     base, base_axes = (d, axes) if order == "C" else (_c_base(d), tuple(sorted(d.ndim - 1 - a for a in axes)))
     y_base = None if dy is None else (dy if order == "C" else _c_base(dy))
     if dy is not None and _order(dy, "y") != order:
         raise ValueError("dot: both operands must have the same layout (both C- or both F-contiguous)")
     outer, extent, inner = collapse(tuple(base.shape), base_axes)
-    result = _result(out, result_shape, dtype_name, order)
+    result = _result(out, answer_shape, dtype_name, order)
     replay.follow()
     if not axes:
         _copy(result, d, launch_stream)
@@ -168,12 +169,12 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
         problem_shape, family_axis = problem_form(outer, extent, inner)
         kernel = _kernel("reduce", problem_shape, dtype_name, op=op, axis=family_axis)
         inputs = [base.reshape(problem_shape)] + ([y_base.reshape(problem_shape)] if y_base is not None else [])
-        target = arrays.flat(result, order=order).reshape(kernel_out_shape(outer, inner))
+        target = arrays.flat(result, order=order).reshape(result_shape(problem_shape, family_axis))
         _call(kernel, inputs[0], inputs[1] if len(inputs) > 1 else None, target, out, launch_stream)
         replay.keep(lambda: kernel.bind(*inputs, out=target, stream=launch_stream))
     elif outer * inner:
         _zero(result, launch_stream)
-    return _returned(result, host, out, scalar=not keepdims and len(result_shape) == 0)
+    return _returned(result, host, out, scalar=not keepdims and len(answer_shape) == 0)
 
 
 class _Replay:
@@ -248,13 +249,6 @@ def problem_form(outer: int, extent: int, inner: int) -> tuple[tuple[int, ...], 
     if inner == 1:
         return ((extent,), None) if outer == 1 else ((outer, extent), 1)
     return ((extent, inner), 0) if outer == 1 else ((outer, extent, inner), -2)
-
-
-def kernel_out_shape(outer: int, inner: int) -> tuple[int, ...]:
-    """The shape of the output the family's kernel writes for ``problem_form(outer, R, inner)``."""
-    if inner == 1:
-        return (outer,)
-    return (inner,) if outer == 1 else (outer, inner)
 
 
 # -- pieces ---------------------------------------------------------------------------------------

@@ -41,14 +41,8 @@ class MatmulKernel(Planned, Kernel):
 
     def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
                  simulator: bool):
-        self.family = family
-        self.module = module
-        self.params = dict(params)
-        self.dtype = dtype
-        self.args = dict(args)
+        super().__init__(family, module, params, dtype, args, source, simulator)
         self.layout = args["layout"]
-        self.source = source
-        self.simulator = simulator
         self.entry = module.matmul
         self.arg_names = kernel_args(params)
         self._launches: dict[tuple[int, int, int], tuple] = {}

@@ -74,8 +74,7 @@ class ReduceFamily(KernelFamily):
         return float(inputs * math.prod(problem.shape) * np.dtype(problem.dtype).itemsize)
 
     def out_shape(self, problem) -> tuple[int, ...]:
-        axis, shape = problem.family["axis"], problem.shape
-        return (1,) if axis is None else (shape[0], shape[2]) if axis == -2 else (shape[1 - axis],)
+        return result_shape(problem.shape, problem.family["axis"])
 
     def templates(self) -> list[str]:
         return ["_common.j2", "reduce.py.j2"]
@@ -178,6 +177,13 @@ class ReduceFamily(KernelFamily):
         axis = problem.family["axis"]
         return f"reduce-{problem.family['op']}" + ("" if axis is None else f"-axis{axis}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}")
+
+
+def result_shape(shape: tuple[int, ...], axis) -> tuple[int, ...]:
+    """The output of a reduction of ``shape`` in one of the family's forms (see the module docstring)."""
+    if axis is None:
+        return (1,)
+    return (shape[0], shape[2]) if axis == -2 else (shape[1 - axis],)
 
 
 def kernel_args(params, args) -> tuple[str, ...]:

@@ -14,7 +14,7 @@ from ..device import current_device, gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, fill
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .reduce import kernel_args
+from .reduce import kernel_args, result_shape
 
 
 ARG_TYPES = {"X": "{a}", "Y": "{a}", "out": "{a}", "partial": "{a}", "counter": "int32[::1]", "n": "int64",
@@ -41,15 +41,9 @@ class ReduceKernel(Planned, Kernel):
 
     def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
                  simulator: bool):
-        self.family = family
-        self.module = module
-        self.params = dict(params)
-        self.dtype = dtype
-        self.args = dict(args)
+        super().__init__(family, module, params, dtype, args, source, simulator)
         self.op = args["op"]
         self.axis = args["axis"]
-        self.source = source
-        self.simulator = simulator
         self.entry = getattr(module, entry_name(args))
         self.arg_names = kernel_args(params, args)
         self._launches: dict[tuple, tuple] = {}
@@ -117,7 +111,7 @@ class ReduceKernel(Planned, Kernel):
     def _output(self, out, dx):
         from numba import cuda
 
-        shape = self._out_shape(tuple(dx.shape))
+        shape = result_shape(tuple(dx.shape), self.axis)
         if out is None:
             return cuda.device_array(shape, dtype=self.dtype)
         if arrays.is_host(out):
@@ -127,11 +121,6 @@ class ReduceKernel(Planned, Kernel):
         if tuple(d.shape) != shape or not arrays.is_c_contiguous(d):
             raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {tuple(d.shape)}")
         return d
-
-    def _out_shape(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        if self.axis is None:
-            return (1,)
-        return (shape[0], shape[2]) if self.axis == -2 else (shape[1 - self.axis],)
 
     def _empty(self, result, dx, stream):
         """The call on an empty input, as NumPy has it: max and min of nothing raise (where the reduced extent is

@@ -57,7 +57,7 @@ class SoftmaxFamily(KernelFamily):
         return {**params, "dtype": dtype, "SIM": simulator, "description": f"softmax {dtype} {dict(params)}"}
 
     def make_kernel(self, module, params, dtype, args, source, simulator):
-        return SoftmaxKernel(self, module, params, dtype, args, source)
+        return SoftmaxKernel(self, module, params, dtype, args, source, simulator)
 
     def threads(self, params) -> int:
         return params["BLOCK"]
@@ -117,9 +117,8 @@ class SoftmaxKernel(Kernel):
     """``k(x)`` or ``k(x, out=y)``: x a 2-D C-contiguous float array (NumPy, CuPy, PyTorch CUDA, Numba); y may be
     x itself (in place)."""
 
-    def __init__(self, family, module, params, dtype, args, source):
-        self.family, self.module, self.params, self.dtype = family, module, dict(params), dtype
-        self.args, self.source = dict(args), source
+    def __init__(self, family, module, params, dtype, args, source, simulator):
+        super().__init__(family, module, params, dtype, args, source, simulator)
         self.entry = module.softmax
         self.signature = f"void({dtype}[::1], {dtype}[::1], int64, int64, boolean)"
         self.rows_per_block = 1 if params["ROW_MODE"] == "block" else params["BLOCK"] // 32
