@@ -35,7 +35,7 @@ def postgres_url():
         pytest.skip("no PostgreSQL: install Debian's postgresql package or set AUTOTUNE_TEST_POSTGRES=<url>")
     out = subprocess.run(["bash", str(Path(__file__).parent / "start_postgres.sh")], capture_output=True, text=True)
     if out.returncode:
-        pytest.fail(f"could not start PostgreSQL: {out.stderr}")
+        pytest.fail(f"could not start PostgreSQL:\n{out.stdout}{out.stderr}")
     url, data = out.stdout.split()
     yield url
     stop = [f"{bins[-1]}/pg_ctl", "-D", data, "-m", "fast", "stop"]
