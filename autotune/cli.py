@@ -241,7 +241,7 @@ def _selftest_parser(sub) -> None:
     s.add_argument("--simulator", action="store_true", help="run a small sample in the CUDA simulator")
     s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
                    help="only this family (repeatable; default: the built-in ones)")
-    s.add_argument("--dtype", action="append", help="only this dtype (repeatable)")
+    s.add_argument("--dtype", action="append", help="only this dtype (repeatable; default: every dtype of each family)")
     s.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
                         "would skip them (default %(default)g, as tune's)")
@@ -414,7 +414,7 @@ def run_selftest(args) -> int:
 
         cuda.select_device(_devices(args.device)[0])
     kinds = tuple(family_named(k).name for k in (args.kinds or BUILTIN))
-    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype or ("float32", "float64")),
+    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype) if args.dtype else None,
                          compile_timeout_s=args.compile_timeout) else 1
 
 

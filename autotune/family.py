@@ -14,8 +14,9 @@ The contract, in the order data flows:
   ``template(params)``, the Jinja file that renders a configuration, fed by ``template_context``. Only validated
   integers and names from the space reach a template. ``predicates`` adds constraint predicates of the family's
   own to the generic ones; ``threads`` and ``shared_bytes`` let the hardware limits apply to every space.
-- **Problems**: ``check_shape`` accepts shapes, ``key_tag`` names the arguments in a problem's key, ``work`` and
-  ``unit`` say what a second of it is worth (FLOP or bytes), ``peak`` the device's best rate in that unit.
+- **Problems**: ``check_shape`` accepts shapes, ``out_shape`` and ``out_dtype`` describe the output, ``key_tag``
+  names the arguments in a problem's key, ``work`` and ``unit`` say what a second of it is worth (FLOP or bytes),
+  ``peak`` the device's best rate in that unit.
 - **Data and oracle**: ``inputs`` draws fresh random data (never zeros) for checking and for timing;
   ``verification`` lists the check cases (inputs and a float64 NumPy reference) and ``verify`` compares a
   kernel's output with one, exactly where the data make that possible, within a stated tolerance otherwise.
@@ -174,6 +175,10 @@ class KernelFamily(abc.ABC):
     @abc.abstractmethod
     def out_shape(self, problem: "Problem") -> tuple[int, ...]:
         """Shape of the output array."""
+
+    def out_dtype(self, problem: "Problem") -> str:
+        """dtype of the output array: by default the input's."""
+        return problem.dtype
 
     # -- kernels --------------------------------------------------------------------------------
     def template(self, params: Mapping[str, Any]) -> str:

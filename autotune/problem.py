@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .oracle import poison
 from .registry import family as family_named
 
 _DIMS = re.compile(r"^\d+(x\d+)*$")
@@ -111,6 +112,11 @@ class Problem:
     def out_shape(self) -> tuple[int, ...]:
         return self.impl.out_shape(self)
 
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the input's, unless the family says otherwise (an int32 sum gives int64)."""
+        return self.impl.out_dtype(self)
+
 
 # -- data on the device ---------------------------------------------------------------------------
 class Instance:
@@ -127,7 +133,7 @@ class Instance:
                       for case in impl.verification(problem, self.check_host, rng)]
         self.check_args = self.cases[0][1]
         self.time_args = [cuda.to_device(a) for a in impl.inputs(problem, rng, "time")]
-        self.out = cuda.device_array(problem.out_shape, dtype=problem.dtype)
+        self.out = cuda.device_array(problem.out_shape, dtype=problem.out_dtype)
 
     def run(self, kernel, timing: bool = False) -> None:
         kernel(*(self.time_args if timing else self.check_args), out=self.out)
@@ -135,10 +141,11 @@ class Instance:
     def poison(self) -> None:
         from numba import cuda
 
-        self.out.copy_to_device(cuda.to_device(np.full(self.problem.out_shape, np.nan, self.problem.dtype)))
+        dtype = self.problem.out_dtype
+        self.out.copy_to_device(cuda.to_device(np.full(self.problem.out_shape, poison(dtype), dtype)))
 
     def check(self, kernel) -> str | None:
-        """Run ``kernel`` on each case into a NaN-poisoned output; None if every result is right, else what is
+        """Run ``kernel`` on each case into a poisoned output (NaN, see oracle.poison); None if every result is right, else what is
         wrong (the family's oracle says)."""
         for case, args in self.cases:
             self.poison()

@@ -6,8 +6,11 @@ from numba import cuda
 
 
 def poisoned(shape, dtype):
-    """A device array full of NaN: any element a kernel fails to write stays NaN and fails the check."""
-    return cuda.to_device(np.full(shape, np.nan, dtype=dtype))
+    """A device array full of the poison (NaN; integers: oracle.poison's pattern): any element a kernel fails to
+    write keeps it and fails the check."""
+    from autotune.oracle import poison
+
+    return cuda.to_device(np.full(shape, poison(dtype), dtype=dtype))
 
 
 def random_matrix(rng, shape, dtype):

@@ -1,4 +1,4 @@
-"""Print the PTX of a few fixed matmul variants as one JSON object, for tests/test_compile.py to read.
+"""Print the PTX of a few fixed variants as one JSON object, for tests/test_compile.py to read.
 
 Run in its own process, without the CUDA simulator (see compile_sample.py).
 """
@@ -8,15 +8,22 @@ from autotune.build import build_kernel
 from autotune.compiler import ptx_of
 
 SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
-VARIANTS = {"atomic": ("float32", {**SPLIT, "SPLIT_ADD": "atomic"}),
-            "vector": ("float32", {**SPLIT, "SPLIT_ADD": "vector"}),
-            "last_block": ("float32", {**SPLIT, "SPLIT_ADD": "last_block"})}
+REDUCE = {"BLOCK": 128, "ITEMS": 2}
+VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
+            "vector": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "vector"}, {}),
+            "last_block": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "last_block"}, {}),
+            "int32_sum": ("reduce", "int32", {**REDUCE, "VEC": 4, "COMBINE": "atomic", "BLOCK_REDUCE": "shuffle"}, {"op": "sum", "axis": None}),
+            "int32_dot": ("reduce", "int32", {**REDUCE, "VEC": 1, "ROW_SPLIT": 4, "BX": 32},
+                          {"op": "dot", "axis": 0}),
+            "int64_max": ("reduce", "int64", {**REDUCE, "VEC": 2, "COMBINE": "last_block", "BLOCK_REDUCE": "shuffle"}, {"op": "max", "axis": None}),
+            "float16_sum": ("reduce", "float16", {**REDUCE, "VEC": 4, "ROW_SPLIT": 2, "BX": 32},
+                            {"op": "sum", "axis": -2})}
 
 
 def main():
     out = {}
-    for name, (dtype, params) in VARIANTS.items():
-        kernel = build_kernel("matmul", params, dtype)
+    for name, (kind, dtype, params, args) in VARIANTS.items():
+        kernel = build_kernel(kind, params, dtype, **args)
         out[name] = ptx_of(kernel.kernel, kernel.signature)
     print(json.dumps(out))
 

@@ -102,7 +102,8 @@ def test_bench_without_a_gpu_says_so_without_suggesting_a_missing_option(tmp_pat
     (["reduce", "--timeout", "0"], "must be more than 0"),
     (["reduce", "--shape", "0"], "at least 1"),
     (["matmul", "--shape=-4x4x4"], "is not of the form"),
-    (["reduce", "--dtype", "int32"], "dtype 'int32' is not supported by reduce"),
+    (["reduce", "--dtype", "uint8"], "dtype 'uint8' is not supported by reduce"),
+    (["matmul", "--dtype", "int32"], "dtype 'int32' is not supported by matmul"),
     (["matmul", "--op", "max"], "unrecognized arguments: --op"),
     (["tune", "--family", "nonexistent_family"], "cannot load kernel family 'nonexistent_family'"),
 ])

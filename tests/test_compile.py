@@ -62,6 +62,22 @@ def test_split_k_adds_compile_to_the_chosen_instructions():
     assert "atom.global.add.f32" not in last and not issues("red", last)
 
 
+def test_reductions_of_narrow_dtypes_accumulate_wide():
+    """int32 sums load int32 and add in int64 (atomics too); an int32 dot adds its int64 partials truncated to int32
+    atomically (the same result modulo 2**32); int64 max shuffles and compares 64 bits; float16 loads four halves at
+    once, widens them to float32 and combines row slices atomically in a float32 workspace, never in float16."""
+    proc = run_compiler_script("ptx_sample.py", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ptx = json.loads(proc.stdout)
+    int32_sum, int32_dot, int64_max, half = ptx["int32_sum"], ptx["int32_dot"], ptx["int64_max"], ptx["float16_sum"]
+    assert "ld.global.v4.u32" in int32_sum and "cvt.s64.s32" in int32_sum and "atom.global.add.u64" in int32_sum
+    assert "atom.global.add.u32" in int32_dot and "mul.lo.s64" in int32_dot and not issues("atom", int32_dot.replace(
+        "atom.global.add.u32", ""))
+    assert "max.s64" in int64_max and "shfl.sync.down.b32" in int64_max and "ld.global.v2.u64" in int64_max
+    assert "ld.global.v4.u16" in half and "cvt.f32.f16" in half and "atom.global.add.f32" in half
+    assert "f16" not in re.sub(r"cvt\.f32\.f16", "", half)  # nothing else in half precision
+
+
 def issues(opcode: str, ptx: str) -> bool:
     """Whether the PTX has an instruction (predicated or not, inline assembly's too) of this opcode; bar.red is a
     barrier, not a red."""

@@ -111,15 +111,68 @@ def test_refused_calls_say_why(rng):
         autotune.sum(x, axis=(1, -2))
     with pytest.raises(ValueError, match="not adjacent"):
         autotune.sum(x, axis=(0, 2))
+    with pytest.raises(TypeError, match="uint8"):
+        autotune.sum(x.astype(np.uint8))
     with pytest.raises(TypeError, match="int32"):
-        autotune.sum(x.astype(np.int32))
+        autotune.matmul(x[0].astype(np.int32), x[0].T.astype(np.int32))
     with pytest.raises(TypeError, match="dtype=float64"):
         autotune.sum(x, dtype=np.float64)
+    with pytest.raises(TypeError, match="dtype=int32 is not supported; a sum of int32 gives int64"):
+        autotune.sum(x.astype(np.int32), dtype=np.int32)
+    with pytest.raises(TypeError, match="astype"):
+        autotune.sum(x.astype(np.int32), axis=())
     assert autotune.sum(x, dtype="f4") == pytest.approx(x.astype(np.float64).sum(), rel=1e-5)
     with pytest.raises(ValueError, match="strided view"):
         autotune.sum(cuda.to_device(x)[:, ::2])
     with pytest.raises(TypeError, match="axis"):
         autotune.sum(x, axis=1.0)
+
+
+def wide_integers(rng, shape, dtype):
+    info = np.iinfo(dtype)
+    return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's int64 scalars wrap, as the GPU's do
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_integer_reductions_are_numpys_to_the_last_bit(rng, dtype):
+    """Values over the whole dtype: an int32 sum is int64 (and would overflow an int32 accumulator), int64 sums
+    wrap as NumPy's do, max and min keep the dtype; F-ordered views and every axis form; poisoned out=."""
+    for shape, axes in (((1031,), (None,)), ((5, 37), (None, 0, -1)), ((3, 37, 5), (1, -1, (0, 1)))):
+        x = wide_integers(rng, shape, dtype)
+        for view in (x, x.T) if len(shape) == 2 else (x,):
+            for op in ("sum", "max", "min", "nanmax"):
+                for axis in axes:
+                    got, want = getattr(autotune, op)(view, axis=axis), OPS[op](view, axis=axis)
+                    assert np.asarray(got).dtype == want.dtype and np.array_equal(got, want), (op, shape, axis)
+    x = wide_integers(rng, (6, 41), dtype)
+    out = poisoned((6,), np.int64 if dtype == np.int32 else dtype)
+    autotune.sum(cuda.to_device(x), axis=1, out=out)
+    np.testing.assert_array_equal(out.copy_to_host(), x.sum(axis=1))
+    assert autotune.sum(x, dtype="i8") == x.sum()
+    a, b = wide_integers(rng, (1031,), dtype), wide_integers(rng, (1031,), dtype)
+    got = autotune.dot(a, b)
+    assert isinstance(got, dtype) and got == np.dot(a, b)  # wrapped in the input's dtype, as NumPy's dot
+    zero = autotune.sum(np.zeros((3, 0), dtype), axis=1)
+    assert zero.dtype == x.sum().dtype and not zero.any()
+
+
+def test_float16_reductions_accumulate_in_float32(rng):
+    """float16 results, accumulated in float32 and rounded once: integer data sum exactly (to the float16 nearest
+    the exact sum, past 2048 where float16 stops counting by ones, which a float16 accumulator would miss); max and
+    min exact, NaN included; every axis form."""
+    for shape, axes in (((4099,), (None,)), ((37, 5), (0, 1)), ((3, 37, 5), (1, 2))):
+        x = (rng.integers(0, 9, size=shape) + 2).astype(np.float16)
+        for axis in axes:
+            got = autotune.sum(x, axis=axis)
+            assert np.asarray(got).dtype == np.float16
+            np.testing.assert_array_equal(got, x.astype(np.float64).sum(axis=axis).astype(np.float16))
+        y = data(rng, shape, "max", np.float16)
+        for op in ("max", "nanmin"):
+            for axis in axes:
+                np.testing.assert_array_equal(getattr(autotune, op)(y, axis=axis), expected(op, y, axis, False))
+    a, b = small_integers(rng, (1000,), np.float16), small_integers(rng, (1000,), np.float16)
+    assert autotune.dot(a, b) == np.float16(a.astype(np.float64) @ b.astype(np.float64))
 
 
 def test_dot_is_numpys(rng):

@@ -282,3 +282,36 @@ def test_nanmax_and_nanmin_skip_nan_in_every_strategy(op, axis, params, rng):
     np.testing.assert_array_equal(np.atleast_1d(k(x)), np.atleast_1d(expected))
     with pytest.raises(ValueError, match="zero-size array"):
         k(np.zeros((0,) if axis is None else (0, 0), np.float32))
+
+
+# Each way a variant combines (atomics, last block, second pass; rows by warp or block; columns split or not) for
+# the dtypes whose accumulator or result differs from the input's.
+WIDENING_STRATEGIES = [
+    ((1031,), None, {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "WAVES": 2, "BLOCK_REDUCE": "shuffle", "COMBINE": "atomic"}),
+    ((1031,), None, {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": "tree", "COMBINE": "last_block"}),
+    ((1031,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "WAVES": 1, "BLOCK_REDUCE": "serial", "COMBINE": "two_pass"}),
+    ((5, 66), 1, {"BLOCK": 64, "ITEMS": 2, "VEC": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
+    ((5, 66), 1, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
+    ((37, 6), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 2, "ROW_SPLIT": 1, "VEC": 2}),
+    ((37, 6), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 1, "ROW_SPLIT": 4, "VEC": 1}),
+    ((3, 19, 6), -2, {"BLOCK": 64, "BX": 32, "ITEMS": 1, "ROW_SPLIT": 2, "VEC": 2}),
+]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's int64 scalars wrap, as the GPU's do
+@pytest.mark.parametrize("shape, axis, params", WIDENING_STRATEGIES, ids=lambda v: str(v).replace(" ", ""))
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float16"])
+def test_narrow_and_integer_dtypes_in_every_combine(dtype, shape, axis, params, rng):
+    """The tuner's own check (poisoned output, exact reference in the result's dtype, extremes planted for max
+    and min) passes for each op; an int32 sum's result is int64, a float16 one's float16, and a float16 variant
+    that combines with atomics does so in a float32 workspace."""
+    from autotune.families.reduce import staged
+    from autotune.problem import Instance, Problem
+
+    for op in ("sum", "dot", "max", "nanmin"):
+        problem = Problem("reduce", shape, dtype, {"op": op, "axis": axis})
+        kernel = build_kernel("reduce", params, dtype, op=op, axis=axis)
+        assert problem.out_dtype == ("int64" if (dtype, op) == ("int32", "sum") else dtype)
+        assert kernel.staged == (dtype == "float16" and ("atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1))
+        assert staged(params, dtype, problem.family) == kernel.staged
+        assert Instance(problem, rng).check(kernel) is None, (op, params)

@@ -26,7 +26,7 @@ import numpy as np
 
 from .. import arrays, streams
 from ..streams import as_stream, stream_key
-from .reduce import result_shape
+from .reduce import result_dtype, result_shape
 
 __all__ = ["sum", "max", "min", "nanmax", "nanmin", "dot", "matmul"]
 
@@ -38,7 +38,9 @@ _lock = threading.Lock()
 
 # -- public functions -----------------------------------------------------------------------------
 def sum(x, axis=None, *, keepdims: bool = False, dtype=None, out=None, stream=None):
-    """``np.sum(x, axis, keepdims=keepdims)``: float32 or float64 arrays, summed in their own dtype."""
+    """``np.sum(x, axis, keepdims=keepdims)``: float32, float64, float16, int32 or int64 arrays; the result's dtype
+    is NumPy's (int64 for int32), and ``dtype=`` may name it (``np.int64``, ``"i8"``), nothing else. float16 is
+    accumulated in float32 and rounded once; integers wrap as NumPy's do."""
     return _reduce("sum", x, axis, keepdims, dtype, out, stream)
 
 
@@ -89,7 +91,7 @@ def _matmul(A, B, out, stream, host: bool):
     if replay.done():
         return out
     dA, dB = _device(A, "A"), _device(B, "B")
-    dtype = _same_dtype("matmul", dA, dB)
+    dtype = _same_dtype("matmul", "matmul", dA, dB)
     if dA.ndim == 0 or dB.ndim == 0:
         raise ValueError("matmul: an operand is 0-d (a scalar); use multiplication")
     a2 = dA.reshape(1, dA.shape[0]) if dA.ndim == 1 else dA
@@ -146,10 +148,8 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
         host = arrays.is_host(x) and (y is None or arrays.is_host(y))
     d = _device(x, "x")
     dy = _device(y, "y") if y is not None else None
-    dtype_name = _same_dtype(op, d, dy) if dy is not None else _float_dtype(op, d)
-    if dtype is not None and np.dtype(dtype) != np.dtype(dtype_name):
-        raise TypeError(f"{op}: dtype={np.dtype(dtype).name} differs from the input's {dtype_name}; autotune "
-                        f"reduces in the input's dtype (convert the input first)")
+    dtype_name = _same_dtype("reduce", op, d, dy) if dy is not None else _input_dtype("reduce", op, d)
+    answer_dtype = _answer_dtype(op, dtype_name, dtype)
     axes = normalize_axis(axis, d.ndim)
     shape = tuple(d.shape)
     answer_shape = tuple(1 if i in axes else n for i, n in enumerate(shape) if keepdims or i not in axes)
@@ -159,7 +159,9 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
     if dy is not None and _order(dy, "y") != order:
         raise ValueError("dot: both operands must have the same layout (both C- or both F-contiguous)")
     outer, extent, inner = collapse(tuple(base.shape), base_axes)
-    result = _result(out, answer_shape, dtype_name, order)
+    if not axes and answer_dtype != dtype_name:
+        raise TypeError(f"{op} over no axis of {dtype_name} would only convert it to {answer_dtype}: use astype")
+    result = _result(out, answer_shape, answer_dtype, order)
     replay.follow()
     if not axes:
         _copy(result, d, launch_stream)
@@ -270,16 +272,31 @@ def _device(x, name: str):
     return arrays.to_device(x, name)
 
 
-def _float_dtype(op: str, d) -> str:
-    name = np.dtype(d.dtype).name
-    if name not in ("float32", "float64"):
-        raise TypeError(f"{op}: autotune reduces float32 and float64 arrays; got {name} (convert it, e.g. "
-                        f"x.astype(np.float32))")
+def _input_dtype(kind: str, op: str, d) -> str:
+    """The dtype of ``d``'s elements, one the family ``kind`` computes in (TypeError naming those otherwise)."""
+    from ..registry import family
+
+    name, supported = np.dtype(d.dtype).name, family(kind).dtypes
+    if name not in supported:
+        raise TypeError(f"{op}: autotune's {kind} takes {', '.join(supported)} arrays; got {name} (convert it, "
+                        f"e.g. x.astype(np.{supported[0]}))")
     return name
 
 
-def _same_dtype(op: str, a, b) -> str:
-    name = _float_dtype(op, a)
+def _answer_dtype(op: str, dtype: str, requested) -> str:
+    """NumPy's result dtype of ``op`` on ``dtype``; a ``dtype=`` argument may only name that one."""
+    answer = result_dtype(op, dtype)
+    if requested is not None:
+        from ..problem import dtype_name
+
+        if dtype_name(requested) != answer:
+            raise TypeError(f"{op}: dtype={dtype_name(requested)} is not supported; a {op} of {dtype} gives "
+                            f"{answer} (convert the input or the result)")
+    return answer
+
+
+def _same_dtype(kind: str, op: str, a, b) -> str:
+    name = _input_dtype(kind, op, a)
     if np.dtype(b.dtype).name != name:
         raise TypeError(f"{op}: operands differ in dtype ({name} and {np.dtype(b.dtype).name}); autotune does not "
                         f"promote: convert one")

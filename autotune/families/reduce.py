@@ -6,6 +6,10 @@ row), ``axis=0`` down columns (one result per column), and ``axis=-2`` of an (ou
 the middle extent, one result per (outer, inner) pair: columns of ``outer`` stacked matrices. ``axis=-1`` is
 ``axis=1``; on a 2-D shape ``axis=-2`` is ``axis=0`` and on a 3-D shape ``axis=1`` is ``axis=-2``. max and min follow NumPy: a NaN anywhere in what is reduced
 makes the result NaN; nanmax and nanmin skip NaN, as ``np.nanmax`` and ``np.nanmin`` do.
+
+dtypes are NumPy's: float32, float64, float16, int32 and int64 in; the result's dtype is NumPy's (an int32 sum
+is int64, everything else keeps its dtype: ``np.dot`` of int32 is int32). float16 accumulates in float32 (as CuPy
+and PyTorch do: one rounding, at the end), integer sums and dots in int64, wrapping as NumPy's do.
 """
 from __future__ import annotations
 
@@ -20,14 +24,16 @@ from ..oracle import compare_exact, unwritten
 from ..resources import resource_dir, templates_dir
 
 OPS = ("sum", "max", "min", "dot", "nanmax", "nanmin")
-ORDERED = ("max", "min", "nanmax", "nanmin")  # compared exactly, checked also on data with infinities and NaN
+ORDERED = ("max", "min", "nanmax", "nanmin")  # checked also on data with extreme values (infinities, NaN)
+DTYPES = ("float32", "float64", "float16", "int32", "int64")
 # NaN is the identity of nanmax and nanmin: fmax(NaN, x) = x, and a line of only NaN stays NaN, as in NumPy.
-_IDENTITY = {"sum": "0", "dot": "0", "max": "-math.inf", "min": "math.inf", "nanmax": "math.nan", "nanmin": "math.nan"}
+_IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf, "nanmax": math.nan, "nanmin": math.nan}
 
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
     summary = "sum/max/min/dot reductions"
+    dtypes = DTYPES
     args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, dot (sum of a*b), or nanmax, nanmin "
                                          "(NaN ignored, as np.nanmax)"),
             FamilyArg("axis", (None, 0, 1, -2), None, "all (the whole array, flat); 0 or 1 of an (M, N) array; "
@@ -76,6 +82,9 @@ class ReduceFamily(KernelFamily):
     def out_shape(self, problem) -> tuple[int, ...]:
         return result_shape(problem.shape, problem.family["axis"])
 
+    def out_dtype(self, problem) -> str:
+        return result_dtype(problem.family["op"], problem.dtype)
+
     def templates(self) -> list[str]:
         return ["_common.j2", "reduce.py.j2"]
 
@@ -83,8 +92,10 @@ class ReduceFamily(KernelFamily):
         return "reduce.py.j2"
 
     def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
-        return {**params, **args, "dtype": dtype, "SIM": simulator, "identity": _IDENTITY[args["op"]],
-                "ARGS": kernel_args(params, args),
+        acc = accumulator_dtype(args["op"], dtype)
+        return {**params, **args, "dtype": dtype, "SIM": simulator, "ACC": acc, "WIDEN": acc != dtype,
+                "KOUT": kernel_out_dtype(params, dtype, args), "STAGED": staged(params, dtype, args),
+                "identity": _identity_source(identity(args["op"], acc)), "ARGS": kernel_args(params, args),
                 "description": f"reduce {args['op']} axis={args['axis']} {dtype} {dict(params)}"}
 
     def make_kernel(self, module, params, dtype, args, source, simulator):
@@ -96,18 +107,25 @@ class ReduceFamily(KernelFamily):
         return params["BLOCK"]
 
     def shared_bytes(self, params, itemsize: int) -> int:
-        return (2 * params["BLOCK"] + 1) * itemsize
+        """Shared memory holds accumulators, up to twice as wide as the input (float16 in float32, int32 sums in
+        int64): the bound for the wider one."""
+        return (2 * params["BLOCK"] + 1) * 2 * itemsize
 
     # -- data and oracle ----------------------------------------------------------------------------
     def inputs(self, problem, rng, purpose):
-        """x (and y for dot). Check data of sums are integers in [-8, 8], never all zero: partial sums are random
-        walks far below 2**24 even for 2**28 elements, so a sum in float32 is exact or wrong. max and min get
-        standard-normal data: distinct values, and max/min round nothing (``verification`` adds copies with
-        infinities and NaNs). Timing data are standard normal."""
+        """x (and y for dot). Float check data of sums are integers in [-8, 8], never all zero: partial sums are
+        random walks far below 2**24 even for 2**28 elements, so a sum accumulated in float32 is exact or wrong.
+        Float max and min get standard-normal data: distinct values, and max/min round nothing (``verification``
+        adds copies with infinities and NaNs). Integer data span the whole dtype, so an int32 sum that overflowed
+        an int32 accumulator, or a dot that lost its wraparound, is caught. Timing data are standard normal."""
         count = 2 if problem.family["op"] == "dot" else 1
+        dtype = np.dtype(problem.dtype)
         arrays = []
         for _ in range(count):
-            if purpose == "check" and problem.family["op"] not in ORDERED:
+            if dtype.kind == "i":
+                x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, size=problem.shape, dtype=dtype,
+                                 endpoint=True)
+            elif purpose == "check" and problem.family["op"] not in ORDERED:
                 x = rng.integers(-8, 9, size=problem.shape, dtype=np.int8).astype(problem.dtype)
                 x.flat[0] = 1
             else:
@@ -116,15 +134,20 @@ class ReduceFamily(KernelFamily):
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
-        """The check data, and for max and min the same data with +inf and -inf planted, then with NaNs planted:
-        over the whole array at random elements (NaN also, apart, at the last); along an axis in about half of the
-        results' lines, so that the other lines still check the values."""
+        """The check data, and for max and min the same data with +inf and -inf planted, then with NaNs planted
+        (integers: the dtype's least and greatest values): over the whole array at random elements (NaN also,
+        apart, at the last); along an axis in about half of the results' lines, so that the other lines still
+        check the values."""
         op, axis = problem.family["op"], problem.family["axis"]
         cases = [Case(tuple(inputs), _reference(op, inputs, axis))]
         if op not in ORDERED:
             return cases
         x = inputs[0]
-        for what, values in (("infinities", (np.inf, -np.inf)), ("NaN", (np.nan,))):
+        if x.dtype.kind == "i":
+            extremes = (("extreme values", (np.iinfo(x.dtype).min, np.iinfo(x.dtype).max)),)
+        else:
+            extremes = (("infinities", (np.inf, -np.inf)), ("NaN", (np.nan,)))
+        for what, values in extremes:
             for planted in _planted(x, axis, values, rng, also_last=what == "NaN"):
                 cases.append(Case((planted,), _reference(op, [planted], axis), f"elements (data with {what})"))
         return cases
@@ -137,7 +160,7 @@ class ReduceFamily(KernelFamily):
         return [("seed tree+2nd pass", dict(self.baseline))]
 
     def default_params(self, problem) -> dict[str, Any]:
-        return {"VEC": 2} if problem.dtype == "float64" else {}
+        return {"VEC": 2} if np.dtype(problem.dtype).itemsize == 8 else {}
 
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
@@ -184,6 +207,56 @@ def result_shape(shape: tuple[int, ...], axis) -> tuple[int, ...]:
     if axis is None:
         return (1,)
     return (shape[0], shape[2]) if axis == -2 else (shape[1 - axis],)
+
+
+def result_dtype(op: str, dtype: str) -> str:
+    """NumPy's result dtype: a sum of int32 is int64 (``np.sum`` widens integers narrower than the platform's
+    on 64-bit systems); every other reduction keeps the input's dtype (``np.max``, ``np.dot`` of int32: int32)."""
+    return "int64" if op == "sum" and dtype == "int32" else dtype
+
+
+def accumulator_dtype(op: str, dtype: str) -> str:
+    """What partial results are kept in: float16 in float32; int32 sums and dots in int64 (a dot's products and
+    sums wrap modulo 2**64, and truncated to int32 that is the int32 wraparound NumPy's dot gives); otherwise
+    the input's dtype."""
+    if dtype == "float16":
+        return "float32"
+    return "int64" if dtype == "int32" and op in ("sum", "dot") else dtype
+
+
+def uses_atomics(params, args) -> bool:
+    """Whether a variant combines blocks' results with atomics into its output."""
+    if args["axis"] is None:
+        return params["COMBINE"] == "atomic"
+    return args["axis"] in (0, -2) and params["ROW_SPLIT"] > 1
+
+
+def staged(params, dtype: str, args) -> bool:
+    """float16 results combined with atomics go through a float32 workspace, then a store kernel: there are no
+    float16 atomics that accumulate in float32."""
+    return dtype == "float16" and uses_atomics(params, args)
+
+
+def kernel_out_dtype(params, dtype: str, args) -> str:
+    """The dtype of the ``out`` the variant's main kernel writes: the result's, or the workspace's if staged."""
+    return accumulator_dtype(args["op"], dtype) if staged(params, dtype, args) else result_dtype(args["op"], dtype)
+
+
+def identity(op: str, acc: str) -> float | int:
+    """The reduction's identity in the accumulator's dtype (integers have no infinity: their extremes)."""
+    if np.dtype(acc).kind == "i" and op in ORDERED:
+        info = np.iinfo(acc)
+        return int(info.min if op.endswith("max") else info.max)
+    return _IDENTITY[op]
+
+
+def _identity_source(value: float | int) -> str:
+    """The identity as template source: an integer literal, 0, math.inf, -math.inf or math.nan."""
+    if isinstance(value, int) or value == 0:
+        return str(int(value))
+    if math.isnan(value):
+        return "math.nan"
+    return "-math.inf" if value < 0 else "math.inf"
 
 
 def kernel_args(params, args) -> tuple[str, ...]:
@@ -246,14 +319,19 @@ def _planted(x: np.ndarray, axis, values, rng, also_last: bool) -> list[np.ndarr
 
 
 def _reference(op: str, inputs, axis) -> np.ndarray:
-    return np.atleast_1d(reference(op, inputs[0], inputs[1] if len(inputs) > 1 else None, axis))
+    """The exact result in the result's dtype where that is exact (integers; float16, which the float32
+    accumulation of the check data reaches with one rounding), else in float64."""
+    value = np.atleast_1d(reference(op, inputs[0], inputs[1] if len(inputs) > 1 else None, axis))
+    out = np.dtype(result_dtype(op, inputs[0].dtype.name))
+    return value.astype(out) if out.kind == "i" or out.itemsize < 4 else value
 
 
 def reference(op: str, x: np.ndarray, y: np.ndarray | None = None, axis: int | None = None) -> np.ndarray:
-    """float64 NumPy result of the reduction (nanmax/nanmin of only NaN: NaN, without NumPy's warning)."""
-    x64 = x.astype(np.float64)
+    """NumPy's result of the reduction in float64, or for integers exactly in int64, wrapping modulo 2**64 as
+    NumPy's own integer sums and products do (nanmax/nanmin of only NaN: NaN, without NumPy's warning)."""
+    x64 = x.astype(np.int64 if x.dtype.kind == "i" else np.float64)
     if op == "dot":
-        return (x64 * y.astype(np.float64)).sum(axis=axis)
+        return (x64 * y.astype(x64.dtype)).sum(axis=axis)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)
         return {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}[op](x64, axis=axis)

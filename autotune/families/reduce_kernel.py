@@ -1,7 +1,7 @@
 """Calling a reduction variant: argument checks, launch configuration, the last-block counter, plans.
 
 A flat reduction of device input returns a 1-element device array, so no host synchronisation happens unless
-the input was a NumPy array.
+the input was a NumPy array. The output has the result's dtype (reduce.result_dtype: an int32 sum is int64).
 """
 from __future__ import annotations
 
@@ -14,17 +14,18 @@ from ..device import current_device, gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, fill
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .reduce import kernel_args, result_shape
+from .reduce import accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape, staged
 
 
-ARG_TYPES = {"X": "{a}", "Y": "{a}", "out": "{a}", "partial": "{a}", "counter": "int32[::1]", "n": "int64",
-             "M": "int64", "N": "int64", "L": "int64", "rows_per_split": "int64", "vec_ok": "boolean"}
+# {x}: the input's dtype; {o}: the dtype of what the kernel writes; {acc}: the accumulator's
+ARG_TYPES = {"X": "{x}[::1]", "Y": "{x}[::1]", "out": "{o}[::1]", "partial": "{acc}[::1]", "counter": "int32[::1]",
+             "n": "int64", "M": "int64", "N": "int64", "L": "int64", "rows_per_split": "int64", "vec_ok": "boolean"}
 RANK = {None: None, 0: 2, 1: 2, -2: 3}  # the input rank each axis form takes (None: any)
 
 
 def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any]) -> str:
-    arr = f"{dtype}[::1]"
-    return f"void({', '.join(ARG_TYPES[n].format(a=arr) for n in kernel_args(params, args))})"
+    types = {"x": dtype, "o": kernel_out_dtype(params, dtype, args), "acc": accumulator_dtype(args["op"], dtype)}
+    return f"void({', '.join(ARG_TYPES[n].format(**types) for n in kernel_args(params, args))})"
 
 
 def entry_name(family: Mapping[str, Any]) -> str:
@@ -44,10 +45,14 @@ class ReduceKernel(Planned, Kernel):
         super().__init__(family, module, params, dtype, args, source, simulator)
         self.op = args["op"]
         self.axis = args["axis"]
+        self.out_dtype = result_dtype(self.op, dtype)
+        self.acc_dtype = accumulator_dtype(self.op, dtype)
+        self.staged = staged(params, dtype, args)
         self.entry = getattr(module, entry_name(args))
         self.arg_names = kernel_args(params, args)
         self._launches: dict[tuple, tuple] = {}
         self._counters: dict[int, Any] = {}
+        self._workspaces: dict[tuple, Any] = {}
 
     def __repr__(self) -> str:
         return f"<ReduceKernel {self.op} axis={self.axis} {self.dtype} {self.params}>"
@@ -113,11 +118,13 @@ class ReduceKernel(Planned, Kernel):
 
         shape = result_shape(tuple(dx.shape), self.axis)
         if out is None:
-            return cuda.device_array(shape, dtype=self.dtype)
+            return cuda.device_array(shape, dtype=self.out_dtype)
         if arrays.is_host(out):
             raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
         d = arrays.to_device(out, "out")
-        arrays.check_dtype(d, "out", self.dtype, self.family.dtypes)
+        if np.dtype(d.dtype).name != self.out_dtype:
+            raise TypeError(f"out has dtype {np.dtype(d.dtype).name}; a {self.op} of {self.dtype} gives "
+                            f"{self.out_dtype}")
         if tuple(d.shape) != shape or not arrays.is_c_contiguous(d):
             raise ValueError(f"out must be a C-contiguous array of shape {shape}, got {tuple(d.shape)}")
         return d
@@ -133,7 +140,17 @@ class ReduceKernel(Planned, Kernel):
 
     # -- launching -------------------------------------------------------------------------------
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...], stream=DEFAULT) -> None:
-        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
+        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py). A
+        staged variant (reduce.staged) writes a workspace of accumulators, then stores it into ``out``."""
+        out = arrays.flat(out)
+        target = self._workspace(out, shape, stream) if self.staged else out
+        self._launch_main(x_flat, y_flat, target, shape, stream)
+        if self.staged:
+            threads = 256
+            self._enqueue(configure(self.module.store, max(1, -(-out.size // threads)), threads, 0, self.simulator,
+                                    stream), target, out)
+
+    def _launch_main(self, x_flat, y_flat, out, shape: tuple[int, ...], stream) -> None:
         p = self.params
         vec_ok = arrays.aligned(x_flat, p["VEC"]) and arrays.aligned(y_flat, p["VEC"])
         if self.axis is None:
@@ -142,14 +159,22 @@ class ReduceKernel(Planned, Kernel):
         M, N = shape[-2:]
         vec_ok = vec_ok and N % p["VEC"] == 0
         configured, extra = self._config(shape, stream)
-        out = arrays.flat(out)
         if self.axis == 1:
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, vec_ok=vec_ok))
         else:
             if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
-                self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator, stream))
+                self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, L=out.size, out=out,
                                                   rows_per_split=extra[0], vec_ok=vec_ok))
+
+    def _workspace(self, out, shape: tuple[int, ...], stream):
+        """The accumulators a staged variant combines into, kept per (shape, stream) as the partials are."""
+        from numba import cuda
+
+        key = (shape, stream_key(stream))
+        if key not in self._workspaces:
+            self._workspaces[key] = cuda.device_array(out.size, dtype=self.acc_dtype)
+        return self._workspaces[key]
 
     def _args(self, **values) -> list:
         """The values of the arguments the variant's kernel takes, in its order."""
@@ -159,7 +184,7 @@ class ReduceKernel(Planned, Kernel):
         configured, (partial, blocks) = self._config((n,), stream)
         combine = self.params["COMBINE"]
         if combine == "atomic":
-            self._enqueue(*fill(self.module, out, float(_host_identity(self.op)), self.simulator, stream))
+            self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
         counter = self._counter_array(stream) if combine == "last_block" else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
                                               vec_ok=vec_ok))
@@ -192,7 +217,7 @@ class ReduceKernel(Planned, Kernel):
             (n,) = shape
             chunk = p["BLOCK"] * p["ITEMS"] * p["VEC"]
             blocks = max(1, min(-(-n // chunk), p["WAVES"] * sms))
-            partial = cuda.device_array(blocks, dtype=self.dtype)
+            partial = cuda.device_array(blocks, dtype=self.acc_dtype)
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), (partial, blocks)
         M, N = shape[-2:]
         if self.axis == 1:
@@ -206,7 +231,4 @@ class ReduceKernel(Planned, Kernel):
         grid = (max(1, -(-columns // (p["BX"] * p["VEC"]))), splits)
         return configure(self.entry, grid, p["BLOCK"], 0, self.simulator, stream), (rows_per_split, splits)
 
-
-def _host_identity(op: str) -> float:
-    return {"sum": 0.0, "dot": 0.0, "max": -np.inf, "min": np.inf, "nanmax": np.nan, "nanmin": np.nan}[op]
 
