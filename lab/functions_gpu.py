@@ -1,7 +1,7 @@
 """On the GPU: the NumPy-style functions (autotune.sum/max/.../matmul) checked against NumPy, the caller's stream
 honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
 
-    python lab/functions_gpu.py [--quick]      (needs CuPy and PyTorch; prints Markdown tables)
+    python lab/functions_gpu.py [--quick] [--dtypes-only]     (needs CuPy and PyTorch; prints Markdown tables)
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
    NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks.
@@ -13,6 +13,9 @@ honoured, host time per call, and (outer, R, inner) reductions against CuPy and 
    against cupy.sum / torch.sum and cupy.matmul / torch.matmul.
 4. GPU time (CUDA events, L2 flushed, median) of reductions along each axis of 3-D shapes and of 65536x256
    along axis 1, against cupy.sum and torch.sum.
+5. int32, int64 and float16 reductions (``--dtypes-only``: this part alone): checked against NumPy's own result
+   bit for bit (integers over the whole dtype; float16 sums of integers against the exact sum rounded once),
+   then sums timed as in 4 against cupy.sum and torch.sum (the same result dtype: int64 for int32).
 """
 import argparse
 import sys
@@ -147,13 +150,87 @@ def axis_bench(rng) -> list[tuple]:
     return rows
 
 
+NARROW = (np.int32, np.int64, np.float16)
+
+
+def narrow_data(rng, shape, dtype, op):
+    if np.dtype(dtype).kind == "i":
+        info = np.iinfo(dtype)
+        return rng.integers(info.min, info.max, shape, dtype=dtype, endpoint=True)
+    if op in ("sum", "dot"):
+        return rng.integers(-8, 9, shape).astype(dtype)
+    x = rng.standard_normal(shape).astype(dtype)
+    x.flat[rng.integers(x.size, size=3)] = np.nan
+    return x
+
+
+def check_narrow(rng) -> list[str]:
+    failures = []
+    for dtype in NARROW:
+        for shape, axes in (((1 << 24) + 3,), (None,)), ((1031, 2053), (0, 1)), ((64, 1000, 33), (1, 2)):
+            for op in ("sum", "max", "min", "nanmax"):
+                x = narrow_data(rng, shape, dtype, op)
+                for axis in axes:
+                    with warnings.catch_warnings():
+                        warnings.simplefilter("ignore", RuntimeWarning)
+                        want = OPS[op](x, axis=axis) if x.dtype.kind == "i" or op != "sum" else \
+                            x.astype(np.float64).sum(axis=axis).astype(dtype)
+                    got = getattr(autotune, op)(cuda.to_device(x), axis=axis).copy_to_host()
+                    if got.dtype != np.asarray(want).dtype or not np.array_equal(got, want, equal_nan=True):
+                        failures.append(f"{op} {np.dtype(dtype).name} {shape} axis={axis}")
+        a, b = narrow_data(rng, (1_000_003,), dtype, "dot"), narrow_data(rng, (1_000_003,), dtype, "dot")
+        want = np.dot(a, b) if a.dtype.kind == "i" else np.float16(a.astype(np.float64) @ b.astype(np.float64))
+        if autotune.dot(a, b) != want:
+            failures.append(f"dot {np.dtype(dtype).name}")
+    return failures
+
+
+def narrow_bench(rng) -> list[tuple]:
+    import cupy as cp
+    import torch
+
+    flush = L2Flusher()
+    rows = []
+    for dtype in NARROW:
+        for shape, axis in (((1 << 26,), None), ((8192, 8192), 1), ((8192, 8192), 0)):
+            x = cp.asarray(narrow_data(rng, shape, dtype, "sum"))
+            t = torch.as_tensor(x, device="cuda")
+            r = cp.empty(() if axis is None else (shape[1 - axis],), np.sum(np.zeros(1, dtype)).dtype)
+            autotune.sum(x, axis=axis, out=r)
+            ok = bool(cp.all(r == cp.sum(x, axis=axis, dtype=r.dtype))) if x.dtype.kind == "i" else None
+            times = {"autotune": bench(lambda: autotune.sum(x, axis=axis, out=r), flush=flush).median_ms,
+                     "cupy": bench(lambda: cp.sum(x, axis=axis, out=r), flush=flush).median_ms,
+                     "torch": bench(lambda: torch.sum(t) if axis is None else torch.sum(t, dim=axis),
+                                    flush=flush).median_ms}
+            gbps = {k: x.nbytes / v / 1e6 for k, v in times.items()}
+            rows.append((np.dtype(dtype).name, "x".join(map(str, shape)), axis, ok, gbps["autotune"], gbps["cupy"],
+                         gbps["torch"], times["cupy"] / times["autotune"]))
+    return rows
+
+
+def print_narrow(rng) -> list[str]:
+    t0 = time.time()
+    failures = check_narrow(rng)
+    print(f"int32/int64/float16 checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)",
+          flush=True)
+    print("\n| dtype | shape | axis | same as cupy | autotune GB/s | cupy GB/s | torch GB/s | autotune vs cupy |\n"
+          "| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for dtype, shape, axis, ok, a, c, t, ratio in narrow_bench(rng):
+        print(f"| {dtype} | {shape} | {axis} | {'-' if ok is None else ok} | {a:.0f} | {c:.0f} | {t:.0f} | "
+              f"{ratio:.2f}x |", flush=True)
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer shapes in the checks")
     parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
+    parser.add_argument("--dtypes-only", action="store_true", help="only part 5: int32, int64 and float16")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+    if args.dtypes_only:
+        return 1 if print_narrow(rng) else 0
     t0 = time.time()
     failures = check_reductions(rng, args.quick) + check_matmul(rng)
     print(f"checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
@@ -168,6 +245,7 @@ def main() -> int:
           "| --- | --- | --- | --- | --- | --- | --- |")
     for shape, axis, ok, a, c, t, ratio in rows:
         print(f"| {shape} | {axis} | {ok} | {a:.0f} | {c:.0f} | {t:.0f} | {ratio:.2f}x |")
+    failures += print_narrow(rng)
     return 1 if failures or race["stream="] else 0
 
 

@@ -315,3 +315,18 @@ def test_narrow_and_integer_dtypes_in_every_combine(dtype, shape, axis, params, 
         assert kernel.staged == (dtype == "float16" and ("atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1))
         assert staged(params, dtype, problem.family) == kernel.staged
         assert Instance(problem, rng).check(kernel) is None, (op, params)
+
+
+def test_default_column_splits_fill_the_gpu_and_keep_rows_per_split():
+    """Untuned column reductions split rows until about 1024 blocks, never below 64 rows per split, at most 64."""
+    from autotune.families.reduce import column_splits
+    from autotune.problem import Problem
+    from autotune.registry import family
+
+    assert column_splits((8192, 8192), 256) == 32            # 32 column blocks x 32
+    assert column_splits((65536, 256), 256) == 64            # one column block: the most splits
+    assert column_splits((256, 65536), 256) == 4             # 256 rows: 64 each
+    assert column_splits((37, 6), 256) == 1
+    assert column_splits((64, 1024, 1024), 256) == 4         # axis -2: 64 x 1024 columns
+    params = family("reduce").default_params(Problem("reduce", (8192, 8192), "int64", {"op": "sum", "axis": 0}))
+    assert params == {"VEC": 2, "ROW_SPLIT": 16}             # 8-byte elements: half the columns per block
