@@ -129,3 +129,21 @@ def test_second_process_reuses_the_generated_source(folder):
 
     gpu_source = render_source("matmul", k.params, simulator=False)[2]
     assert "@cuda.jit(cache=True" in gpu_source
+
+
+def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch, rng):
+    """autotune.max keeps its kernel per shape, but per database folder too: naming another folder in
+    $AUTOTUNE_DB gives that folder's entry, not the kernel kept from the first."""
+    import autotune
+    from autotune.families import functions
+
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir(), second.mkdir()
+    write_db(first, SIM, [("reduce", (1000,), {"op": "max"}, {"BLOCK": 64, "WAVES": 1})])
+    write_db(second, SIM, [("reduce", (1000,), {"op": "max"}, {"BLOCK": 32, "WAVES": 2})])
+    x = rng.standard_normal(1000).astype(np.float32)
+    for folder, block in ((first, 64), (second, 32)):
+        monkeypatch.setenv("AUTOTUNE_DB", str(folder))
+        assert autotune.max(x) == x.max()
+        kernel = functions._kernel("reduce", (1000,), "float32", op="max", axis=None)
+        assert kernel.params["BLOCK"] == block

@@ -255,11 +255,13 @@ def problem_form(outer: int, extent: int, inner: int) -> tuple[tuple[int, ...], 
 
 # -- pieces ---------------------------------------------------------------------------------------
 def _kernel(kind: str, shape: tuple[int, ...], dtype: str, **args):
-    """The tuned kernel for this problem, kept per problem for the process (the lookup's warnings once)."""
-    key = (kind, shape, dtype, tuple(sorted(args.items(), key=str)))
+    """The tuned kernel for this problem, kept per problem and database folders for the process (the lookup's
+    warnings once; a changed ``$AUTOTUNE_DB`` is read)."""
+    from ..lookup import get_best_kernel, lookup_folders
+
+    key = (kind, shape, dtype, tuple(sorted(args.items(), key=str)), tuple(map(str, lookup_folders())))
     kernel = _kernels.get(key)
     if kernel is None:
-        from ..lookup import get_best_kernel
 
         with _lock:
             kernel = _kernels.get(key)
