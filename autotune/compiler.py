@@ -106,6 +106,17 @@ def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:
     return ptx
 
 
+def compile_ahead_report(kernel, cc: tuple[int, int] | None) -> ResourceReport:
+    """Compile a kernel ahead: with ``cc`` None for this process's GPU (which fills Numba's disk cache, so later
+    processes load it), else for that compute capability to a cubin, no GPU needed; its resources either way."""
+    if cc is None:
+        from .device import current_device
+
+        kernel.entry.compile(kernel.signature)
+        return ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
+    return resource_report(kernel.entry, kernel.signature, cc=cc)
+
+
 def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
     """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
     from cuda.core import Linker, LinkerOptions, ObjectCode

@@ -16,7 +16,7 @@ import numpy as np
 
 from . import backend
 from .build import build_kernel
-from .device import current_device, gpu_available
+from .device import gpu_available
 from .problem import Instance, Problem
 from .records import CompileResult, Job, Measurement
 from .space import load_space
@@ -35,14 +35,10 @@ def compile_variant(job: Job) -> CompileResult:
         if backend.simulator():
             _build(job)  # renders and imports the simulator source: what can fail without a GPU
             return CompileResult(ok=True, compile_s=time.perf_counter() - t0)
-        from .compiler import ResourceReport, resource_report
+        from .compiler import DEFAULT_CC, compile_ahead_report
 
-        kernel = _build(job)
-        if gpu_available():
-            kernel.entry.compile(kernel.signature)  # also fills Numba's disk cache for the GPU worker
-            report = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
-        else:
-            report = resource_report(kernel.entry, kernel.signature, cc=(9, 0))
+        # on a GPU this also fills Numba's disk cache for the GPU worker
+        report = compile_ahead_report(_build(job), None if gpu_available() else DEFAULT_CC)
         if job.params.get("MMA") and report.spills:
             return CompileResult(ok=False, stage="pruned", reason=f"mma variant spills ({report.spill_stores} bytes): "
                                  "on the H200 two such variants failed their checks, all others passed")

@@ -65,18 +65,12 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
 def warm_one(job: Job, cc: tuple[int, int] | None) -> WarmResult:
     """Compile one entry: for this GPU (filling the disk cache), or for ``cc`` to a cubin without a GPU."""
     from .build import build_kernel
-    from .compiler import ResourceReport, resource_report
-    from .device import current_device
+    from .compiler import compile_ahead_report
 
     t0 = time.perf_counter()
     key = job.problem().key
     try:
-        kernel = build_kernel(job.kind, job.params, job.dtype, **job.args)
-        if cc is None:
-            kernel.entry.compile(kernel.signature)
-            report = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
-        else:
-            report = resource_report(kernel.entry, kernel.signature, cc=cc)
+        report = compile_ahead_report(build_kernel(job.kind, job.params, job.dtype, **job.args), cc)
     except Exception as exc:
         return WarmResult(key, False, time.perf_counter() - t0, reason=f"{type(exc).__name__}: {exc}"[:300])
     return WarmResult(key, True, time.perf_counter() - t0, report.registers, report.spill_stores + report.spill_loads)

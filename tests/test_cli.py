@@ -7,7 +7,6 @@ import warnings
 from pathlib import Path
 
 import pytest
-import yaml
 
 from autotune import db
 from autotune.lookup import TunedKernelWarning, get_best_kernel

@@ -2,8 +2,6 @@
 import json
 from importlib.metadata import version
 
-import pytest
-
 from test_compile import run_compiler_script
 
 
