@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 from sass_mix import hottest_loop, opcode  # lab/ is the first entry of sys.path when run as a script
+from tables import emit
 
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = r'''
@@ -139,10 +140,7 @@ def main() -> None:
                     f"{old['loop']['LDG']} / {new['loop']['LDG']} | {old['loop']['all']} / {new['loop']['all']}"
                     f"{'' if same else ' (DIFFERENT)'} |")
         print(rows[-1], flush=True)
-    text = "\n".join(rows)
-    print("\n" + text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(rows, a.out)
 
 
 if __name__ == "__main__":

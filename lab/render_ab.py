@@ -24,6 +24,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tables import emit  # lab/ is the first entry of sys.path when run as a script
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
@@ -160,10 +162,7 @@ def main() -> None:
         ratio = t1 / t0 if not a.nan_cost else t0 / t1
         rows.append(f"| {label} | {t0:.4f} | {t1:.4f} | {ratio:.3f} | {regs[0]} / {regs[1]} |")
         print(rows[-1], flush=True)
-    text = "\n".join(rows)
-    print("\n" + text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(rows, a.out)
 
 
 def compare_sets(a) -> None:
@@ -210,10 +209,7 @@ def compare_sets(a) -> None:
         rows.append(f"| {label} | " + " | ".join(f"{m:.4f}" for m in medians) + " | " +
                     " | ".join(f"{m / medians[0]:.3f}" for m in medians[1:]) + f" | {' / '.join(map(str, regs))} |")
         print(rows[-1], flush=True)
-    text = "\n".join(rows)
-    print("\n" + text)
-    if a.out:
-        Path(a.out).write_text(text + "\n")
+    emit(rows, a.out)
 
 
 if __name__ == "__main__":
