@@ -212,10 +212,9 @@ class ReduceFamily(KernelFamily):
 def column_splits(shape: tuple[int, ...], columns_per_block: int, target_blocks: int = 1024,
                   min_rows: int = 64) -> int:
     """Row splits (a power of two up to 64) that bring the column kernel to about ``target_blocks`` blocks (8 per
-    SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: a few thousand columns give the
-    kernel only a few dozen blocks otherwise (0.24x CuPy down the columns of 8192x8192 on the H100 without
-    splits). The tuned float32 winners split as much (ROW_SPLIT 64 for 16384x16384)."""
-    rows = shape[-2]
+    SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: without splits a few thousand
+    columns give the kernel only a few dozen blocks, and the GPU idles (benchmarks/NOTES.md item 28)."""
+    rows = max(1, shape[-2])
     column_blocks = -(-math.prod(shape) // rows // columns_per_block)
     split = 1
     while split < 64 and column_blocks * split < target_blocks and rows // (2 * split) >= min_rows:
