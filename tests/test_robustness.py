@@ -172,8 +172,9 @@ def test_shapes_and_dtypes_as_numpy_users_write_them(tmp_path):
     for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers")):
         with pytest.raises(ValueError, match=message):
             get_best_kernel("matmul" if len(shape) == 3 else "reduce", shape, db=tmp_path)
-    with pytest.raises(ValueError, match="dtype 'int32' is not supported by reduce; supported: float32, float64"):
-        get_best_kernel("reduce", (1000,), dtype=np.int32, db=tmp_path)
+    with pytest.raises(ValueError, match="dtype 'uint8' is not supported by reduce; supported: float32, float64, "
+                                         "float16, int32, int64"):
+        get_best_kernel("reduce", (1000,), dtype=np.uint8, db=tmp_path)
 
 
 def test_a_dtype_mismatch_suggests_only_what_exists():
@@ -181,10 +182,12 @@ def test_a_dtype_mismatch_suggests_only_what_exists():
 
     kernel = build_kernel("reduce", {}, op="sum")
     with pytest.raises(TypeError) as err:
-        kernel(np.ones(8, np.int32))
-    assert "convert the input to float32 or float64" in str(err.value) and "dtype='int32'" not in str(err.value)
-    with pytest.raises(TypeError, match="build the kernel with dtype='float64'"):
-        kernel(np.ones(8, np.float64))
+        kernel(np.ones(8, np.uint8))
+    assert "convert the input to float32 or float64 or float16 or int32 or int64" in str(err.value)
+    assert "dtype='uint8'" not in str(err.value)
+    for dtype in ("float64", "int32"):
+        with pytest.raises(TypeError, match=f"build the kernel with dtype='{dtype}'"):
+            kernel(np.ones(8, dtype))
 
 
 def test_f_ordered_and_strided_numpy_input_follow_the_same_rule(rng):
