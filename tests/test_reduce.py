@@ -287,9 +287,9 @@ def test_nanmax_and_nanmin_skip_nan_in_every_strategy(op, axis, params, rng):
 # Each way a variant combines (atomics, last block, second pass; rows by warp or block; columns split or not) for
 # the dtypes whose accumulator or result differs from the input's.
 WIDENING_STRATEGIES = [
-    ((1031,), None, {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "WAVES": 2, "BLOCK_REDUCE": "shuffle", "COMBINE": "atomic"}),
-    ((1031,), None, {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": "tree", "COMBINE": "last_block"}),
-    ((1031,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "WAVES": 1, "BLOCK_REDUCE": "serial", "COMBINE": "two_pass"}),
+    ((523,), None, {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "WAVES": 2, "BLOCK_REDUCE": "shuffle", "COMBINE": "atomic"}),
+    ((523,), None, {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": "tree", "COMBINE": "last_block"}),
+    ((523,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "WAVES": 1, "BLOCK_REDUCE": "serial", "COMBINE": "two_pass"}),
     ((5, 66), 1, {"BLOCK": 64, "ITEMS": 2, "VEC": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
     ((5, 66), 1, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
     ((37, 6), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 2, "ROW_SPLIT": 1, "VEC": 2}),
