@@ -52,11 +52,15 @@ def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, str
     return configured
 
 
+def elementwise(kernel, size: int, simulator: bool, stream=0):
+    """``kernel`` configured with one thread per element of a flat array of ``size`` (256-thread blocks)."""
+    threads = 256
+    return configure(kernel, max(1, -(-size // threads)), threads, 0, simulator, stream)
+
+
 def fill(module, d, value, simulator: bool, stream=0) -> tuple:
     """The launch that sets every element of a flat device array to ``value`` with the module's fill kernel."""
-    threads = 256
-    return (configure(module.fill, max(1, -(-d.size // threads)), threads, 0, simulator, stream), d,
-            d.dtype.type(value))
+    return elementwise(module.fill, d.size, simulator, stream), d, d.dtype.type(value)
 
 
 def zero(module, d, simulator: bool, stream=0) -> tuple:

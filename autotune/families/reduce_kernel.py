@@ -12,7 +12,7 @@ import numpy as np
 from .. import arrays
 from ..device import current_device, gpu_required
 from ..family import Kernel
-from ..launch import Plan, Planned, configure, fill
+from ..launch import Plan, Planned, configure, elementwise, fill
 from ..streams import DEFAULT, as_stream, follow, stream_key
 from .reduce import accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape, staged
 
@@ -146,9 +146,7 @@ class ReduceKernel(Planned, Kernel):
         target = self._workspace(out, shape, stream) if self.staged else out
         self._launch_main(x_flat, y_flat, target, shape, stream)
         if self.staged:
-            threads = 256
-            self._enqueue(configure(self.module.store, max(1, -(-out.size // threads)), threads, 0, self.simulator,
-                                    stream), target, out)
+            self._enqueue(elementwise(self.module.store, out.size, self.simulator, stream), target, out)
 
     def _launch_main(self, x_flat, y_flat, out, shape: tuple[int, ...], stream) -> None:
         p = self.params
