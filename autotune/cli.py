@@ -36,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         aliases = preload_families(argv)
         args = parser(aliases, argv).parse_args(argv)
+        args.argv = argv
         return args.run(args)
     except KeyboardInterrupt:
         print("interrupted; everything measured so far is in the study and is used when you run again",
@@ -93,6 +94,7 @@ def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None =
     _selftest_parser(sub)
     _render_parser(sub, aliases)
     _warm_parser(sub)
+    _replay_parser(sub)
     _db_parsers(sub)
     return p
 
@@ -182,6 +184,10 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")
     p.add_argument("--write-db", action="store_true", help="with --simulator: write the database anyway")
+    p.add_argument("--record-sweep", metavar="FILE",
+                   help="measure every valid configuration of one --shape (the grid, in a study of its own that "
+                        "resumes if stopped) and write them to FILE for `autotune replay`; the database is not "
+                        "written")
 
 
 def _family_subparsers(sub, command: str, aliases: dict[str, list[str]], help_text: str, description: str):
@@ -246,6 +252,54 @@ def _selftest_parser(sub) -> None:
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
                         "would skip them (default %(default)g, as tune's)")
     s.set_defaults(run=run_selftest)
+
+
+def _replay_parser(sub) -> None:
+    r = sub.add_parser("replay", help="score a search strategy against a recorded sweep, on the CPU",
+                       description="Run the tuner's own search (starts, pruning, duplicates, tie rule) against a "
+                       "sweep recorded with --record-sweep instead of a GPU, once per seed, and report per budget "
+                       "(trials, and minutes on a simulated clock charged with the recorded compile and measure "
+                       "seconds) the fraction of the sweep's optimum reached (median and 10th percentile over the "
+                       "seeds) and the score (fraction - random) / (1 - random), random being the expected fraction "
+                       "of random sampling at the same number of trials.")
+    r.add_argument("sweep", metavar="SWEEP", help="a sweep file (benchmarks/sweeps/*.yaml)")
+    r.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid", "cmaes"])
+    r.add_argument("--trials", type=_positive_int, default=100, help="trials per search (default 100)")
+    r.add_argument("--seeds", type=_positive_int, default=30, help="searches, seeds 0..S-1 (default 30)")
+    r.add_argument("--startup-trials", type=_positive_int, default=10,
+                   help="tpe: random trials before it models the results (default 10, as tune)")
+    r.add_argument("--no-starts", action="store_true", help="without the search space's starting configurations")
+    r.add_argument("--neighbours", metavar="DB_FILE", action="append",
+                   help="start from the winners of the 3 nearest other shapes in this database file, as tune does "
+                        "(repeatable; the sweep's own shape is left out)")
+    r.add_argument("--compile-workers", type=_positive_int, help="compile processes the clock assumes (default: "
+                   "as recorded)")
+    r.add_argument("--json", action="store_true", help="print one JSON object: a list of budgets, each with trials, "
+                   "median_fraction, p10_fraction, score")
+    r.set_defaults(run=run_replay)
+
+
+def run_replay(args) -> int:
+    import json
+
+    from .replay import Settings, neighbours_from, replay, score_replays, table
+    from .sweep import load_sweep
+
+    sweep = load_sweep(args.sweep)
+    neighbours = neighbours_from([Path(f) for f in args.neighbours], sweep) if args.neighbours else ()
+    settings = Settings(sampler=args.sampler, trials=args.trials, startup_trials=args.startup_trials,
+                        starts=not args.no_starts, neighbours=neighbours, compile_workers=args.compile_workers)
+    if not args.json:
+        print(f"replaying {args.sampler} on {sweep.problem.key} ({len(sweep.rows)} configurations, "
+              f"{sweep.device.name}): {args.seeds} searches of {args.trials} trials", file=sys.stderr)
+    runs = replay(sweep, settings, range(args.seeds))
+    scores = score_replays(sweep, runs)
+    if args.json:
+        print(json.dumps({"sweep": str(args.sweep), "sampler": args.sampler, "seeds": args.seeds,
+                          "budgets": [s.as_dict() for s in scores]}))
+    else:
+        print(table(scores))
+    return 0
 
 
 def _render_parser(sub, aliases) -> None:
@@ -371,6 +425,8 @@ def run_tune(args) -> int:
     if sim:
         print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
               file=sys.stderr)
+    if args.record_sweep:
+        return record_sweep(args, problems, config, device)
     results = []
     target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
@@ -389,6 +445,37 @@ def run_tune(args) -> int:
     elif sim:
         print("(simulator: nothing written to the database; --write-db to write anyway)")
     return 0 if all(r.best for r in results) else 1
+
+
+def record_sweep(args, problems: list, config, device) -> int:
+    """``--record-sweep FILE``: the tuner's grid over every valid configuration of one problem, then the file."""
+    from .space import config_key, load_space
+    from .sweep import new_sweep, rows_from_study, valid_configurations, write_sweep
+    from .tuner import Tuner
+
+    if len(problems) != 1:
+        raise ValueError("--record-sweep records one problem: give exactly one --shape")
+    problem, path = problems[0], Path(args.record_sweep)
+    valid = valid_configurations(load_space(problem.kind, config.space_path), problem)
+    config.sampler, config.trials, config.baseline = "grid", len(valid), False
+    space_tag = Path(config.space_path).name if config.space_path else "built-in space"
+    print(f"recording a sweep of {problem.key} on {device.name}: {len(valid)} valid configurations "
+          f"(search space: {space_tag})", file=sys.stderr)
+    tuner = Tuner(problem, config, device, name=f"{problem.key}@{device.slug}/sweep/{space_tag}")
+    tuner.run()
+    keys = {config_key(c) for c in valid}
+    rows = list({config_key(r.config): r for r in reversed(rows_from_study(tuner.study))
+                 if config_key(r.config) in keys}.values())[::-1]  # one row per configuration, the first outcome
+    if len(rows) < len(valid):
+        print(f"{len(rows)} of {len(valid)} configurations have an outcome; run the same command again to measure "
+              f"the rest (the study resumes); nothing written yet", file=sys.stderr)
+        return 1
+    command = " ".join(["autotune", *args.argv])
+    write_sweep(path, new_sweep(problem, device, config.space_path, config.compile_workers, rows, command))
+    best = min((r for r in rows if r.ok), key=lambda r: r.timing.median_ms, default=None)
+    print(f"sweep: {path}: {sum(r.ok for r in rows)} measured, {sum(not r.ok for r in rows)} failed; fastest "
+          f"{best.timing.median_ms:.4g} ms" if best else f"sweep: {path}: nothing measured")
+    return 0 if best else 1
 
 
 # -- bench, selftest, render, warm ---------------------------------------------------------------------------

@@ -204,6 +204,11 @@ class SearchSpace:
         return all(key not in context or context[key] in allowed for key, allowed in when.items())
 
 
+def config_key(config: Mapping[str, Any]) -> str:
+    """A configuration's identity as text: its parameters in name order."""
+    return ",".join(f"{k}={v}" for k, v in sorted(config.items()))
+
+
 @functools.lru_cache(maxsize=None)
 def _hardware_limits() -> tuple[Rule, ...]:
     return tuple(rule(spec, PREDICATES, {}) for spec in HARDWARE_LIMITS)

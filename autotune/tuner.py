@@ -13,6 +13,7 @@ see them as ordered) and the names themselves for the others; the user attribute
 from __future__ import annotations
 
 import concurrent.futures as cf
+import importlib.util
 import os
 import queue
 import random
@@ -33,7 +34,7 @@ from .device import DeviceInfo
 from .evaluate import compile_variant
 from .problem import Problem
 from .records import COMPILE_TIMEOUT_S, Outcome, job_for
-from .space import SearchSpace, load_space
+from .space import SearchSpace, config_key, load_space
 from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
 from .worker import Worker, compile_pool
@@ -58,6 +59,8 @@ class TuneConfig:
     job_timeout_s: float = 90.0
     compile_timeout_s: float = COMPILE_TIMEOUT_S
     baseline: bool = True
+    startup_trials: int = 10  # TPE's random trials before it models the results
+    starts: bool = True  # measure the search space's starting configurations first
 
 
 @dataclass
@@ -89,21 +92,19 @@ def open_storage(config: TuneConfig, device: DeviceInfo, report: Callable[[str],
     return open_journal(journal_path(config.state_dir, device.slug), report)
 
 
-def make_sampler(name: str, seed: int) -> optuna.samplers.BaseSampler:
+def make_sampler(name: str, seed: int, startup_trials: int = 10) -> optuna.samplers.BaseSampler:
     if name == "tpe":
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
             return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                              n_startup_trials=10)
+                                              n_startup_trials=startup_trials)
     if name == "random" or name == "grid":  # grid: configurations are enqueued in order (see _grid)
         return optuna.samplers.RandomSampler(seed=seed)
     if name == "cmaes":
-        return optuna.samplers.CmaEsSampler(seed=seed)
+        if importlib.util.find_spec("cmaes") is None:  # Optuna would fail only at its first sample, in a trial
+            raise ValueError("the cmaes sampler needs the cmaes package: pip install \"autotune[cmaes]\"")
+        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
     raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-
-
-def config_key(config: dict[str, Any]) -> str:
-    return ",".join(f"{k}={v}" for k, v in sorted(config.items()))
 
 
 def study_params(space: SearchSpace, config: dict[str, Any]) -> dict[str, Any]:
@@ -133,10 +134,11 @@ class Tuner:
 
     def __init__(self, problem: Problem, config: TuneConfig, device: DeviceInfo,
                  report: Callable[[str], None] | None = None, incumbent: dict[str, Any] | None = None,
-                 neighbours: list[dict[str, Any]] | None = None):
+                 neighbours: list[dict[str, Any]] | None = None, name: str | None = None, storage=None):
         """``incumbent``: the database's current winner for this problem, measured first so that the run's best
         is compared with it under the same conditions (its recorded time may come from older code).
-        ``neighbours``: the winners of nearby shapes, measured next."""
+        ``neighbours``: the winners of nearby shapes, measured next. ``name``: the study's name (default: the
+        problem's key at the GPU model); ``storage``: an Optuna storage to use instead of the configured one."""
         self.problem = problem
         self.incumbent = incumbent
         self.neighbours = list(neighbours or [])
@@ -144,9 +146,10 @@ class Tuner:
         self.device = device
         self.space = load_space(problem.kind, config.space_path)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.name = study_name(problem, device)
-        self.study = open_study(open_storage(config, device, self.report), self.name,
-                                make_sampler(config.sampler, config.seed), url=config.storage)
+        self.name = name or study_name(problem, device)
+        self.study = open_study(storage or open_storage(config, device, self.report), self.name,
+                                make_sampler(config.sampler, config.seed, config.startup_trials),
+                                url=None if storage else config.storage)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}
@@ -182,7 +185,7 @@ class Tuner:
                 self._seen.setdefault(config_key(t.user_attrs["config"]), t.number)
 
     # -- sampling -------------------------------------------------------------------------------------
-    def _ask(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
+    def ask(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
         """The next trial that needs compiling and measuring (invalid and repeated ones are told here).
 
         Every sampler proposal is told to the study, so the sampler learns which regions are invalid or done.
@@ -273,7 +276,8 @@ class Tuner:
         begins from known-good regions; on resume nothing is added twice."""
         if self.config.sampler == "grid":
             return
-        starts = ([self.incumbent] if self.incumbent else []) + self.neighbours + list(self.space.starts)
+        own = list(self.space.starts) if self.config.starts else []
+        starts = ([self.incumbent] if self.incumbent else []) + self.neighbours + own
         for start in starts:
             for config in self._start_variants(start):
                 if config_key(config) not in self._seen:
@@ -300,13 +304,17 @@ class Tuner:
             return
 
     # -- the pipeline --------------------------------------------------------------------------------
-    def run(self) -> TuneResult:
-        cfg = self.config
+    def prepare(self) -> None:
+        """Before the first ask: re-queue what a killed run left, learn what the study holds, queue the starts."""
         recovered = self.recover_interrupted()
         if recovered:
             self.report(f"resumed: {recovered} interrupted trial(s) queued again")
         self._index_seen()
         self._enqueue_starts()
+
+    def run(self) -> TuneResult:
+        cfg = self.config
+        self.prepare()
         start = time.monotonic()
         measured_before, _, _ = self._counts()
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
@@ -350,7 +358,7 @@ class Tuner:
                         if self._in_flight == 0:
                             return
                     time.sleep(0.05)
-            asked = self._ask()
+            asked = self.ask()
             asks += 1
             if asked is None or asks > 50 * self.config.trials:
                 self.report("the search space is exhausted (every sample was invalid or seen already)")
@@ -390,7 +398,7 @@ class Tuner:
                 outcome = Outcome(ok=False, stage="run", reason=f"tuner error: {type(exc).__name__}: {exc}")
             with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
                 try:
-                    self._tell(trial, replace(outcome, gpu=worker.device))
+                    self.tell(trial, replace(outcome, gpu=worker.device))
                 finally:
                     self._in_flight -= 1
 
@@ -398,24 +406,24 @@ class Tuner:
         try:
             built = future.result(timeout=self.config.compile_timeout_s)
         except cf.TimeoutError:
-            return Outcome(ok=False, stage="compile",
+            return Outcome(ok=False, stage="compile", compile_s=self.config.compile_timeout_s,
                            reason=f"compile took longer than {self.config.compile_timeout_s:.0f} s")
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
         if not built.ok:
-            return Outcome(ok=False, stage=built.stage, reason=built.reason)
+            return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
         resources = built.resources
         if resources:
             threads = self.problem.impl.threads(the_job.params)
             if resources["registers"] * threads > MAX_REGISTERS_PER_BLOCK:
-                return Outcome(ok=False, stage="pruned", resources=resources,
+                return Outcome(ok=False, stage="pruned", resources=resources, compile_s=built.compile_s,
                                reason=f"{resources['registers']} registers x {threads} threads exceed the "
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
         m = worker.run(the_job)
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
 
-    def _tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
+    def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         for key, value in outcome.attrs().items():
             trial.set_user_attr(key, value)
         if outcome.ok:
