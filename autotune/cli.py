@@ -464,8 +464,7 @@ def record_sweep(args, problems: list, config, device) -> int:
     tuner = Tuner(problem, config, device, name=f"{problem.key}@{device.slug}/sweep/{space_tag}")
     tuner.run()
     keys = {config_key(c) for c in valid}
-    rows = list({config_key(r.config): r for r in reversed(rows_from_study(tuner.study))
-                 if config_key(r.config) in keys}.values())[::-1]  # one row per configuration, the first outcome
+    rows = [r for r in rows_from_study(tuner.study) if config_key(r.config) in keys]
     if len(rows) < len(valid):
         print(f"{len(rows)} of {len(valid)} configurations have an outcome; run the same command again to measure "
               f"the rest (the study resumes); nothing written yet", file=sys.stderr)

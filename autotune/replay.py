@@ -82,7 +82,7 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
     tuner.prepare()
     workers = settings.compile_workers or sweep.compile_workers
     steps: list[Step] = []
-    counted, clock, picked = 0, 0.0, None
+    counted, clock = 0, 0.0
     for _ in range(ASKS_PER_TRIAL * settings.trials):
         if counted >= settings.trials:
             break
@@ -100,9 +100,8 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
         if row.stage == "pruned":
             continue
         counted += 1
-        if row.ok and (picked is None or row.timing.faster_than(picked)):
-            picked = row.timing
-        steps.append(Step(counted, clock, picked.median_ms if picked else math.inf))
+        picked = tuner.best_trial()  # the tuner's own tie rule
+        steps.append(Step(counted, clock, picked.user_attrs["timing"]["median_ms"] if picked else math.inf))
     return steps
 
 

@@ -19,7 +19,6 @@ import functools
 import math
 import os
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -61,7 +60,7 @@ class SweepRow:
         if not self.ok:
             return Outcome(ok=False, stage=self.stage, reason=self.reason or f"{self.stage} (recorded)",
                            compile_s=self.compile_s)
-        return Outcome(ok=True, stage="time", timing=self.timing.as_dict(),
+        return Outcome(ok=True, stage="measured", timing=self.timing.as_dict(),
                        rate=problem.rate(self.timing.median_ms / 1e3), compile_s=self.compile_s,
                        measure_s={"time": self.measure_s})
 
@@ -85,7 +84,7 @@ class Sweep:
     def _by_key(self) -> dict[str, SweepRow]:
         return {config_key(r.config): r for r in self.rows}
 
-    @property
+    @functools.cached_property
     def best(self) -> SweepRow:
         return min((r for r in self.rows if r.ok), key=lambda r: r.timing.median_ms)
 
@@ -97,36 +96,38 @@ def valid_configurations(space: SearchSpace, problem: Problem) -> list[dict[str,
 
 
 def rows_from_study(study) -> list[SweepRow]:
-    """The measured, failed and compile-pruned trials of a study (duplicates and interrupted ones left out)."""
+    """The measured, failed and compile-pruned trials of a study, one row per configuration (its first outcome;
+    duplicates and interrupted trials left out)."""
     from optuna.trial import TrialState
 
-    rows = []
+    rows: dict[str, SweepRow] = {}
     for t in study.get_trials(deepcopy=False):
         attrs = t.user_attrs
-        if "config" not in attrs or "stage" not in attrs or "duplicate_of" in attrs:
+        if "config" not in attrs or "stage" not in attrs or "duplicate_of" in attrs \
+                or config_key(attrs["config"]) in rows:
             continue
         measure_s = float(sum((attrs.get("measure_s") or {}).values()))
         compile_s = float(attrs.get("compile_s") or 0.0)
         if t.state == TrialState.COMPLETE:
-            d = attrs["timing"]
-            timing = Timing(d["median_ms"], d["p20_ms"], d["p80_ms"], d["reps"])
-            rows.append(SweepRow(dict(attrs["config"]), OK, timing, compile_s, measure_s))
+            row = SweepRow(dict(attrs["config"]), OK, Timing.from_dict(attrs["timing"]), compile_s, measure_s)
         elif t.state in (TrialState.FAIL, TrialState.PRUNED):
-            rows.append(SweepRow(dict(attrs["config"]), attrs["stage"], None, compile_s, measure_s,
-                                 str(attrs.get("reason", ""))[:200]))
-    return rows
+            row = SweepRow(dict(attrs["config"]), attrs["stage"], None, compile_s, measure_s,
+                           str(attrs.get("reason", ""))[:200])
+        else:
+            continue
+        rows[config_key(row.config)] = row
+    return list(rows.values())
 
 
 def versions() -> dict[str, str]:
-    from . import __version__
+    """The database's version record (numba, numba-cuda, CUDA runtime), with autotune, NumPy and Optuna."""
+    import numpy
+    import optuna
 
-    out = {"autotune": __version__}
-    for package in ("numba", "numba-cuda", "numpy", "optuna"):
-        try:
-            out[package] = metadata.version(package)
-        except metadata.PackageNotFoundError:
-            out[package] = "unknown"
-    return out
+    from . import __version__
+    from .report import versions as compiler_versions
+
+    return {"autotune": __version__, **compiler_versions(), "numpy": numpy.__version__, "optuna": optuna.__version__}
 
 
 def write_sweep(path: Path, sweep: Sweep) -> None:

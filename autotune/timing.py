@@ -31,6 +31,11 @@ class Timing:
         """Relative inter-quintile range: (p80 - p20) / median."""
         return (self.p80_ms - self.p20_ms) / self.median_ms if self.median_ms > 0 else 0.0
 
+    @classmethod
+    def from_dict(cls, d: dict) -> "Timing":
+        """The inverse of ``as_dict`` (a study's or a file's timing record)."""
+        return cls(d["median_ms"], d["p20_ms"], d["p80_ms"], d["reps"])
+
     def as_dict(self) -> dict:
         return {"median_ms": round(self.median_ms, 6), "p20_ms": round(self.p20_ms, 6),
                 "p80_ms": round(self.p80_ms, 6), "reps": self.reps}

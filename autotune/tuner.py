@@ -514,8 +514,7 @@ def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:
-    d = t.user_attrs["timing"]
-    return Timing(d["median_ms"], d["p20_ms"], d["p80_ms"], d["reps"])
+    return Timing.from_dict(t.user_attrs["timing"])
 
 
 def _alive(pid: int) -> bool:

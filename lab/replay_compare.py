@@ -11,6 +11,7 @@ other shapes instead of the start list.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import sys
 import time
@@ -55,7 +56,7 @@ def compare(path: Path, seeds: int, trials: int) -> list[str]:
     base50 = random_fraction(sweep, 50)
     for label, settings in settings_for(sweep):
         t0 = time.perf_counter()
-        runs = replay(sweep, Settings(**{**settings.__dict__, "trials": trials}), range(seeds))
+        runs = replay(sweep, dataclasses.replace(settings, trials=trials), range(seeds))
         at20 = quantiles([fraction_at(r, optimum, trials=20)[0] for r in runs])
         at50 = quantiles([fraction_at(r, optimum, trials=50)[0] for r in runs])
         clock50 = sorted(r[min(49, len(r) - 1)].clock_s / 60 for r in runs if r)
