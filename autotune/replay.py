@@ -16,12 +16,12 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 from .records import Outcome
 from .sweep import Sweep, SweepError
 from .timing import quantile
-from .tuner import SAMPLERS, TuneConfig, Tuner
+from .tuner import TuneConfig, Tuner
 
 TRIAL_BUDGETS = (10, 20, 50, 100)
 ASKS_PER_TRIAL = 50  # as the tuner: a search that keeps proposing invalid or repeated points is exhausted
@@ -71,8 +71,6 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
     """One search against the sweep; a step per counted trial."""
     import optuna
 
-    if settings.sampler not in SAMPLERS:
-        raise ValueError(f"unknown sampler {settings.sampler!r}; choose one of {', '.join(SAMPLERS)}")
     config = TuneConfig(trials=settings.trials, sampler=settings.sampler, seed=seed, baseline=False,
                         space_path=str(sweep.space_path) if sweep.space_path else None,
                         startup_trials=settings.startup_trials, starts=settings.starts)
@@ -119,8 +117,7 @@ def random_fraction(sweep: Sweep, trials: float) -> float:
     expected, p_rest = 0.0, 1.0  # p_rest: the chance that none of the i best so far was drawn
     for i, f in enumerate(fractions):
         # given that none of the i better ones was drawn, the n draws are spread over the N - i others
-        remaining = big_n - i
-        p_this = p_rest * min(1.0, n / remaining) if remaining > 0 else 0.0
+        p_this = p_rest * min(1.0, n / (big_n - i))
         expected += f * p_this
         p_rest -= p_this
         if p_rest <= 1e-15:
@@ -165,14 +162,9 @@ def _budget(sweep: Sweep, trials: int | None, minutes: float | None, fractions: 
     return BudgetScore(trials, minutes, done, median, quantile(fractions, 0.1), base, score)
 
 
-def replay(sweep: Sweep, settings: Settings, seeds: Sequence[int],
-           progress: Callable[[int], None] | None = None) -> list[list[Step]]:
-    runs = []
-    for seed in seeds:
-        runs.append(replay_once(sweep, settings, seed))
-        if progress:
-            progress(seed)
-    return runs
+def replay(sweep: Sweep, settings: Settings, seeds: Sequence[int]) -> list[list[Step]]:
+    """One search per seed."""
+    return [replay_once(sweep, settings, seed) for seed in seeds]
 
 
 def neighbours_from(files: Sequence, sweep: Sweep, count: int = 3) -> tuple[dict[str, Any], ...]:
