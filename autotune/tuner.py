@@ -42,6 +42,7 @@ from .worker import Worker, compile_pool
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_REGISTERS_PER_BLOCK = 65536
+STOP_JOIN_S = 30.0  # how long an interrupted run waits for a GPU thread to leave the job it was on
 UNDECIDED_WAIT_S = 30.0  # a process killed between ask and writing its configuration holds others this long
 
 
@@ -153,7 +154,8 @@ class Tuner:
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self._lock = threading.Lock()
         self._seen: dict[str, int] = {}
-        self._in_flight = 0
+        self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
+        self._stopping = threading.Event()
         self._grid: Iterator[dict[str, Any]] | None = None
         self._rng = random.Random(config.seed)
 
@@ -174,10 +176,16 @@ class Tuner:
             owner_host, _, pid = owner.rpartition(":")
             if owner_host != host or not pid.isdigit() or _alive(int(pid)):
                 continue
-            self.study.tell(t.number, state=TrialState.FAIL)  # no "stage": neither measured nor a failure
-            self.study.enqueue_trial(t.params, skip_if_exists=False)
+            self._requeue_left(t)
             count += 1
         return count
+
+    def _requeue_left(self, t: optuna.trial.FrozenTrial) -> None:
+        """Fail a trial left RUNNING without a stage (neither measured nor a failure) and queue its parameters
+        again, where it had any."""
+        self.study.tell(t.number, state=TrialState.FAIL)
+        if t.params:
+            self.study.enqueue_trial(t.params, skip_if_exists=False)
 
     def _index_seen(self) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
@@ -328,14 +336,19 @@ class Tuner:
             t.start()
         try:
             self._feed(pool, compiled, deadline)
+        except BaseException:
+            self._stop_now(pool, workers, compiled)
+            raise
         finally:
             for _ in threads:
                 compiled.put(None)
             for t in threads:
-                t.join()
+                t.join(STOP_JOIN_S if self._stopping.is_set() else None)
             for w in workers:
                 w.close()
-            _stop_pool(pool)
+            pool.stop()
+            if self._stopping.is_set():
+                self._requeue_in_flight()
         measured, _, _ = self._counts()
         return self.result(baseline, time.monotonic() - start, measured - measured_before)
 
@@ -344,7 +357,7 @@ class Tuner:
         while True:
             with self._lock:
                 measured, failed, _ = self._counts()
-                busy = self._in_flight
+                busy = len(self._flight)
             if measured + failed + busy >= self.config.trials:
                 if busy == 0:
                     return
@@ -355,19 +368,19 @@ class Tuner:
                 self._requeue_waiting(compiled)
                 while True:
                     with self._lock:
-                        if self._in_flight == 0:
+                        if not self._flight:
                             return
                     time.sleep(0.05)
             asked = self.ask()
             asks += 1
             if asked is None or asks > 50 * self.config.trials:
                 self.report("the search space is exhausted (every sample was invalid or seen already)")
-                while self._in_flight:
+                while self._flight:
                     time.sleep(0.05)
                 return
             trial, config = asked
             with self._lock:
-                self._in_flight += 1
+                self._flight[trial.number] = (trial, config)
             the_job = job_for(self.problem, config, self.config.space_path)
             compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
 
@@ -379,12 +392,40 @@ class Tuner:
                 item = compiled.get_nowait()
             except queue.Empty:
                 return
-            trial, config = item[0], item[1]
             with self._lock:
-                self.study.tell(trial, state=TrialState.FAIL)
-                self.study.enqueue_trial(study_params(self.space, config))
-                self._seen.pop(config_key(config), None)
-                self._in_flight -= 1
+                self._requeue(*item[:2])
+
+    def _requeue(self, trial: optuna.Trial, config: dict[str, Any]) -> None:
+        """Fail an unmeasured trial without a stage (so it counts neither as measured nor as a failure) and
+        enqueue its configuration again. Called under the lock."""
+        self.study.tell(trial, state=TrialState.FAIL)
+        self.study.enqueue_trial(study_params(self.space, config))
+        self._seen.pop(config_key(config), None)
+        self._flight.pop(trial.number, None)
+
+    def _stop_now(self, pool, workers: list[Worker], compiled: queue.Queue) -> None:
+        """The run is being interrupted (Ctrl-C, or an error of ours): no outcome is told from here on, the
+        compiles and the measurement in progress are ended, and the compiled variants waiting for a GPU are
+        dropped, so that the GPU threads see the end of the queue at once."""
+        self._stopping.set()
+        pool.stop()
+        for w in workers:
+            w.kill()
+        while True:
+            try:
+                compiled.get_nowait()
+            except queue.Empty:
+                return
+
+    def _requeue_in_flight(self) -> None:
+        """After an interruption: every trial of this process asked but not told (in flight, or cut short in
+        ``ask``) is queued again, to be measured first when the run is resumed; nothing half-done is recorded
+        as a failure."""
+        with self._lock:
+            for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+                if t.user_attrs.get("owner") == self.owner:
+                    self._requeue_left(t)
+            self._flight.clear()
 
     def _gpu_loop(self, worker: Worker, compiled: queue.Queue) -> None:
         while True:
@@ -394,13 +435,15 @@ class Tuner:
             trial, config, the_job, future = item
             try:
                 outcome = self._evaluate(worker, the_job, future)
-            except Exception as exc:  # a bug of ours must not leave the trial running or the count wrong
+            except BaseException as exc:  # a bug of ours must not leave the trial running or the count wrong
                 outcome = Outcome(ok=False, stage="run", reason=f"tuner error: {type(exc).__name__}: {exc}")
             with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
+                if self._stopping.is_set():  # what an interruption cut short is not an outcome
+                    continue
                 try:
                     self.tell(trial, replace(outcome, gpu=worker.device))
                 finally:
-                    self._in_flight -= 1
+                    self._flight.pop(trial.number, None)
 
     def _evaluate(self, worker: Worker, the_job, future) -> Outcome:
         try:
@@ -500,17 +543,6 @@ class Tuner:
             return False
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
                    for t in self.study.get_trials(deepcopy=False))
-
-
-def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
-    """Drop compiles not yet started and stop those still running: a compile that outlived its trial (timed
-    out, or past the deadline) must not hold the run open. The executor has no public way to stop a running
-    job, hence its process table."""
-    pool.shutdown(wait=False, cancel_futures=True)
-    processes = getattr(pool, "_processes", None) or {}
-    for process in list(processes.values()):
-        process.terminate()
-    pool.shutdown(wait=True)
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import signal
 import threading
 import time
 
@@ -30,13 +31,45 @@ def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def compile_pool(workers: int) -> cf.ProcessPoolExecutor:
-    """Processes that compile variants on the CPU (spawned: CUDA cannot survive a fork); they exit with us."""
-    return cf.ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn"),
-                                  initializer=exit_with_parent, initargs=(os.getpid(),))
+def start_child(parent_pid: int) -> None:
+    """What every child process of ours does first: leave Ctrl-C to the parent, which stops its children itself
+    (a terminal sends SIGINT to the whole process group; a child that raised KeyboardInterrupt mid-job would
+    print a traceback and hand the parent a failure that is really an interruption), and exit with the parent."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    exit_with_parent(parent_pid)
 
 
-def _serve(conn, device: int | None, simulator: bool) -> None:
+class CompilePool(cf.ProcessPoolExecutor):
+    """Processes that compile variants on the CPU (spawned: CUDA cannot survive a fork); they exit with us.
+
+    Leaving a ``with`` block by an exception (Ctrl-C included) stops the compiles still running instead of
+    waiting for them, as does ``stop()``."""
+
+    def __init__(self, workers: int):
+        super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=start_child,
+                         initargs=(os.getpid(),))
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc_type is not None:
+            self.stop()
+        return super().__exit__(exc_type, exc, tb)
+
+    def stop(self) -> None:
+        """Drop compiles not yet started and end those still running: a compile that outlived its trial (timed
+        out, past the deadline, interrupted) must not hold the run open. The executor has no public way to end
+        a running job, hence its process table."""
+        self.shutdown(wait=False, cancel_futures=True)
+        for process in list((getattr(self, "_processes", None) or {}).values()):
+            process.terminate()
+        self.shutdown(wait=True)
+
+
+def compile_pool(workers: int) -> CompilePool:
+    return CompilePool(workers)
+
+
+def _serve(conn, parent_pid: int, device: int | None, simulator: bool) -> None:
+    start_child(parent_pid)
     if simulator:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"  # before Numba loads in this fresh process
     elif device is not None:
@@ -73,8 +106,8 @@ class Worker:
     def _start(self) -> None:
         ctx = mp.get_context("spawn")  # CUDA cannot survive a fork
         self._conn, child = ctx.Pipe()
-        self._process = ctx.Process(target=_serve, args=(child, self.device, self.simulator), daemon=True,
-                                    name=f"autotune-gpu{self.device}")
+        self._process = ctx.Process(target=_serve, args=(child, os.getpid(), self.device, self.simulator),
+                                    daemon=True, name=f"autotune-gpu{self.device}")
         self._process.start()
         child.close()
 
@@ -82,22 +115,27 @@ class Worker:
         """The job's measurement, or a failed one if the worker timed out or died on it."""
         if self._process is None or not self._process.is_alive():
             self._start()
-        self._conn.send(job)
-        if not self._conn.poll(self.timeout_s):
+        process, conn = self._process, self._conn
+        conn.send(job)
+        if not conn.poll(self.timeout_s):
             self._kill()
             return Measurement(ok=False, stage="timeout",
                                reason=f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted")
         try:
-            return self._conn.recv()
-        except (EOFError, ConnectionError):
-            self._process.join(5)
-            code = self._process.exitcode
+            return conn.recv()
+        except (EOFError, ConnectionError, OSError):
+            process.join(5)
+            code = process.exitcode
             self._kill()
             return Measurement(ok=False, stage="run", reason=f"worker process died (exit code {code}: crash or "
                                                              f"illegal memory access); worker restarted")
 
     def _kill(self) -> None:
         self.restarts += 1
+        self.kill()
+
+    def kill(self) -> None:
+        """End the child now, mid-job or not (a run being interrupted)."""
         if self._process is not None and self._process.is_alive():
             self._process.kill()
             self._process.join(10)

@@ -172,7 +172,7 @@ def run_cli(args, cwd, **kwargs):
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, **kwargs)
 
 
-def complete_trials(state_dir):
+def trials_of(state_dir, states=(TrialState.COMPLETE,)):
     try:
         studies = optuna.get_all_study_summaries(journal(state_dir))
     except Exception:
@@ -180,7 +180,11 @@ def complete_trials(state_dir):
     if not studies:
         return []
     study = optuna.load_study(study_name=studies[0].study_name, storage=journal(state_dir))
-    return [t for t in study.trials if t.state == TrialState.COMPLETE]
+    return [t for t in study.trials if t.state in states]
+
+
+def complete_trials(state_dir):
+    return trials_of(state_dir)
 
 
 def child_pids(pid: int) -> list[int]:
@@ -204,6 +208,14 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def outliving(pids: list[int], wait_s: float = 20.0) -> list[int]:
+    """Those of ``pids`` still alive after up to ``wait_s`` (children notice their parent's end within ~1 s)."""
+    deadline = time.time() + wait_s
+    while any(alive(pid) for pid in pids) and time.time() < deadline:
+        time.sleep(0.2)
+    return [pid for pid in pids if alive(pid)]
+
+
 def test_killed_run_resumes_without_losing_measurements(tmp_path):
     args = ["reduce", "--simulator", "--shape", "41", "--trials", "7", "--sampler", "random", "--compile-workers",
             "1", "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"), "--write-db"]
@@ -215,10 +227,7 @@ def test_killed_run_resumes_without_losing_measurements(tmp_path):
     assert children  # the compile pool and the GPU worker
     first.send_signal(signal.SIGKILL)
     first.wait()
-    deadline = time.time() + 20
-    while any(alive(pid) for pid in children) and time.time() < deadline:
-        time.sleep(0.2)
-    assert not [pid for pid in children if alive(pid)], "worker processes outlived the killed tuner"
+    assert not outliving(children), "worker processes outlived the killed tuner"
     before = {t.number: t.value for t in complete_trials(tmp_path / "state")}
     assert len(before) >= 2
     second = run_cli(args, tmp_path)
@@ -230,6 +239,38 @@ def test_killed_run_resumes_without_losing_measurements(tmp_path):
     assert len(measured) == 7
     assert "SIMULATOR DRY RUN" in out and "timings are meaningless" in out
     assert (tmp_path / "db" / "cuda-simulator.yaml").exists()
+
+
+def test_ctrl_c_stops_the_run_at_once_and_records_nothing_half_done(tmp_path):
+    """Ctrl-C reaches the whole process group: the run ends within seconds (compiles and the measurement in
+    progress stopped, no traceback), the trials it cut short are queued again rather than recorded as
+    failures, and the next run completes the count without re-measuring anything."""
+    args = ["reduce", "--simulator", "--shape", "41", "--trials", "8", "--sampler", "random", "--compile-workers",
+            "2", "--state-dir", str(tmp_path / "state"), "--no-db"]
+    first = run_cli(args, tmp_path, start_new_session=True)
+    deadline = time.time() + 240
+    while len(complete_trials(tmp_path / "state")) < 2 and time.time() < deadline and first.poll() is None:
+        time.sleep(0.2)
+    children = child_pids(first.pid)
+    assert children
+    os.killpg(first.pid, signal.SIGINT)
+    start = time.time()
+    out, _ = first.communicate(timeout=90)
+    assert time.time() - start < 45, out
+    assert first.returncode == 130, out
+    assert "interrupted; everything measured so far is in the study" in out and "Traceback" not in out, out
+    assert not outliving(children), "worker processes outlived the interrupted tuner"
+    left = trials_of(tmp_path / "state", (TrialState.RUNNING, TrialState.FAIL))
+    assert not [t for t in left if t.state == TrialState.RUNNING or "stage" in t.user_attrs], \
+        [(t.number, t.state, t.user_attrs) for t in left]
+    before = {t.number: t.value for t in complete_trials(tmp_path / "state")}
+    second = run_cli(args, tmp_path)
+    out, _ = second.communicate(timeout=600)
+    assert second.returncode == 0, out
+    after = {t.number: t.value for t in complete_trials(tmp_path / "state")}
+    assert all(after[n] == v for n, v in before.items())
+    measured = [t for t in complete_trials(tmp_path / "state") if "duplicate_of" not in t.user_attrs]
+    assert len(measured) == 8
 
 
 def test_no_gpu_says_so(tmp_path):
