@@ -382,7 +382,7 @@ class Tuner:
             with self._lock:
                 self._flight[trial.number] = (trial, config)
             the_job = job_for(self.problem, config, self.config.space_path)
-            compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
+            _put_interruptibly(compiled, (trial, config, the_job, pool.submit(compile_variant, the_job)))
 
     def _requeue_waiting(self, compiled: queue.Queue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
@@ -447,12 +447,14 @@ class Tuner:
 
     def _evaluate(self, worker: Worker, the_job, future) -> Outcome:
         try:
-            built = future.result(timeout=self.config.compile_timeout_s)
+            built = self._compiled(future)
         except cf.TimeoutError:
             return Outcome(ok=False, stage="compile", compile_s=self.config.compile_timeout_s,
                            reason=f"compile took longer than {self.config.compile_timeout_s:.0f} s")
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
+        if built is None:
+            return Outcome(ok=False, stage="run", reason="interrupted")  # not told: the run is stopping
         if not built.ok:
             return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
         resources = built.resources
@@ -465,6 +467,19 @@ class Tuner:
         m = worker.run(the_job)
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
+
+    def _compiled(self, future):
+        """The compile's result, waited for in short slices so that an interruption is seen at once (a stopped
+        pool never settles the futures of the compiles it ended); None once the run is stopping. Raises
+        ``concurrent.futures.TimeoutError`` after the compile timeout."""
+        deadline = time.monotonic() + self.config.compile_timeout_s
+        while not self._stopping.is_set():
+            try:
+                return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
+            except cf.TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise
+        return None
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         for key, value in outcome.attrs().items():
@@ -543,6 +558,18 @@ class Tuner:
             return False
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
                    for t in self.study.get_trials(deepcopy=False))
+
+
+def _put_interruptibly(q: queue.Queue, item) -> None:
+    """``q.put(item)``, waiting in short slices. A put blocked on a full queue wakes for Ctrl-C only if the kernel
+    hands SIGINT to the main thread; with the GPU and pool threads running it often lands on another, and an
+    interrupted H100 run sat in the put until the GPU took the next variant (20-40 s)."""
+    while True:
+        try:
+            q.put(item, timeout=0.2)
+            return
+        except queue.Full:
+            continue
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:

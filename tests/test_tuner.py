@@ -4,9 +4,11 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from autotune.device import current_device
@@ -131,8 +133,6 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes 90% of
     one and of two waves of blocks, its slices combined each way; where its tiles overhang M or N, also with clamped edges; on a
     problem with enough whole tiles, or too little K to split, it is tried as written."""
-    from dataclasses import replace
-
     start = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4}
     config = TuneConfig(state_dir=tmp_path, baseline=False)
     h100 = replace(current_device(), sm_count=132)
@@ -324,3 +324,26 @@ def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url
     keys = [config_key(t.user_attrs["config"]) for t in measured]
     assert len(set(keys)) == len(keys)  # no configuration was measured twice
     assert len({t.user_attrs["owner"] for t in measured}) == 2  # both processes measured
+
+
+def test_waiting_for_a_compile_ends_at_its_timeout_or_at_once_when_the_run_stops(tmp_path):
+    """A stopped compile pool never settles the futures of the compiles it ended, so the GPU thread must not
+    wait on them for the whole compile timeout (an interrupted H100 run hung 30 s there)."""
+    import concurrent.futures as cf
+    import threading
+
+    config = TuneConfig(state_dir=tmp_path, baseline=False, compile_timeout_s=0.6)
+    tuner = Tuner(Problem("reduce", (33,), "float32"), config, current_device(), report=lambda l: None)
+    never = cf.Future()
+    start = time.monotonic()
+    with pytest.raises(cf.TimeoutError):
+        tuner._compiled(never)
+    assert 0.55 < time.monotonic() - start < 5
+    done = cf.Future()
+    done.set_result("built")
+    assert tuner._compiled(done) == "built"
+    tuner.config = replace(config, compile_timeout_s=300)
+    threading.Timer(0.3, tuner._stopping.set).start()
+    start = time.monotonic()
+    assert tuner._compiled(never) is None
+    assert time.monotonic() - start < 3
