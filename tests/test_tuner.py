@@ -131,8 +131,8 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
 
 def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     """A start whose tiles leave SMs idle on a skinny problem is also tried with the split-K that makes 90% of
-    one and of two waves of blocks, its slices combined each way; where its tiles overhang M or N, also with clamped edges; on a
-    problem with enough whole tiles, or too little K to split, it is tried as written."""
+    one and of two waves of blocks, its slices combined each way; where its tiles overhang M or N, also with
+    clamped edges; on a problem with enough whole tiles, or too little K to split, it is tried as written."""
     start = {"BM": 128, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4}
     config = TuneConfig(state_dir=tmp_path, baseline=False)
     h100 = replace(current_device(), sm_count=132)
