@@ -26,7 +26,7 @@ from .records import job_for
 from .report import fraction_of_peak, table, versions
 from .space import load_space
 from .timing import L2Flusher, bench
-from .worker import compile_pool
+from .worker import CompilePool
 
 OPTIONAL = {"cupy": "CuPy", "torch": "PyTorch", "matplotlib": "matplotlib (plots)"}
 
@@ -75,7 +75,7 @@ def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
                                                                            family=problem.family)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
-    with compile_pool(workers) as pool:
+    with CompilePool(workers) as pool:
         for result in pool.map(compile_variant, jobs):
             if not result.ok:
                 print(result.reason, file=sys.stderr)

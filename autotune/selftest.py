@@ -124,13 +124,13 @@ def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
     from concurrent.futures import as_completed
 
     from .records import job_for
-    from .worker import compile_pool
+    from .worker import CompilePool
 
     jobs = {(i, j): job_for(Problem(kind, shapes[0], dtype, args), params)
             for i, (kind, dtype, args, shapes, sample) in enumerate(plan) for j, params in enumerate(sample)}
     t0, done, spills, dropped = time.time(), 0, 0, set()
     print(f"compiling {len(jobs)} variants ({timeout_s:.0f} s at most each)", file=out, flush=True)
-    with compile_pool(max(1, (os.cpu_count() or 2) - 1)) as pool:
+    with CompilePool(max(1, (os.cpu_count() or 2) - 1)) as pool:
         futures = {pool.submit(compile_within, job, timeout_s): key for key, job in jobs.items()}
         for future in as_completed(futures):
             key, report, done = futures[future], future.result(), done + 1

@@ -37,7 +37,7 @@ from .records import COMPILE_TIMEOUT_S, Outcome, job_for
 from .space import SearchSpace, config_key, load_space
 from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
-from .worker import Worker, compile_pool
+from .worker import CompilePool, Worker
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -176,16 +176,16 @@ class Tuner:
             owner_host, _, pid = owner.rpartition(":")
             if owner_host != host or not pid.isdigit() or _alive(int(pid)):
                 continue
-            self._requeue_left(t)
+            self._requeue_left(t.number, t.params)
             count += 1
         return count
 
-    def _requeue_left(self, t: optuna.trial.FrozenTrial) -> None:
-        """Fail a trial left RUNNING without a stage (neither measured nor a failure) and queue its parameters
-        again, where it had any."""
-        self.study.tell(t.number, state=TrialState.FAIL)
-        if t.params:
-            self.study.enqueue_trial(t.params, skip_if_exists=False)
+    def _requeue_left(self, number: int, params: dict[str, Any]) -> None:
+        """Fail an unmeasured trial without a stage (so it counts neither as measured nor as a failure) and queue
+        its parameters again, where it had any."""
+        self.study.tell(number, state=TrialState.FAIL)
+        if params:
+            self.study.enqueue_trial(params, skip_if_exists=False)
 
     def _index_seen(self) -> None:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
@@ -330,7 +330,7 @@ class Tuner:
         simulator = backend.simulator()
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
         baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
-        pool = compile_pool(cfg.compile_workers)
+        pool = CompilePool(cfg.compile_workers)
         threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
         for t in threads:
             t.start()
@@ -396,10 +396,9 @@ class Tuner:
                 self._requeue(*item[:2])
 
     def _requeue(self, trial: optuna.Trial, config: dict[str, Any]) -> None:
-        """Fail an unmeasured trial without a stage (so it counts neither as measured nor as a failure) and
-        enqueue its configuration again. Called under the lock."""
-        self.study.tell(trial, state=TrialState.FAIL)
-        self.study.enqueue_trial(study_params(self.space, config))
+        """``_requeue_left`` for a trial of this run, which is then neither seen nor in flight. Called under the
+        lock."""
+        self._requeue_left(trial.number, trial.params)
         self._seen.pop(config_key(config), None)
         self._flight.pop(trial.number, None)
 
@@ -424,7 +423,7 @@ class Tuner:
         with self._lock:
             for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
                 if t.user_attrs.get("owner") == self.owner:
-                    self._requeue_left(t)
+                    self._requeue_left(t.number, t.params)
             self._flight.clear()
 
     def _gpu_loop(self, worker: Worker, compiled: queue.Queue) -> None:

@@ -43,14 +43,14 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
     if not entries:
         print(f"no database entries for {'compute capability ' + cc if cc else current_device().name}", file=out)
         return 0
-    from .worker import compile_pool
+    from .worker import CompilePool
 
     workers = jobs or max(1, os.cpu_count() or 1)
     print(f"compiling {len(entries)} kernels for sm_{target[0]}{target[1]} in {workers} processes", file=out,
           flush=True)
     t0 = time.perf_counter()
     failed = 0
-    with compile_pool(workers) as pool:
+    with CompilePool(workers) as pool:
         futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()

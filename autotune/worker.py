@@ -64,10 +64,6 @@ class CompilePool(cf.ProcessPoolExecutor):
         self.shutdown(wait=True)
 
 
-def compile_pool(workers: int) -> CompilePool:
-    return CompilePool(workers)
-
-
 def _serve(conn, parent_pid: int, device: int | None, simulator: bool) -> None:
     start_child(parent_pid)
     if simulator:

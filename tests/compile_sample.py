@@ -9,7 +9,7 @@ import sys
 from autotune.build import build_kernel
 from autotune.compiler import resource_report
 from autotune.space import load_space
-from autotune.worker import compile_pool
+from autotune.worker import CompilePool
 
 # Together these use every value of every parameter of both families, both dtypes and transposed operands.
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
@@ -59,7 +59,7 @@ def main():
         sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind])
         items += [(kind, dtype, family, params) for params in sample]
     items += EXTRA
-    with compile_pool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
+    with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
         for result in pool.map(compile_one, items):
             print(json.dumps(result), flush=True)
 
