@@ -50,12 +50,38 @@ def load_source(source: str) -> ModuleType:
     return module
 
 
-def _speed_up_numba() -> None:
-    """The linear lowering pass (``numba_lowering``), before the first kernel is compiled; not in the simulator."""
-    from . import backend, numba_lowering
+NUMBA_PASSES = ("lowering", "ssa")
 
-    if not backend.simulator():
+
+def numba_passes_wanted() -> tuple[str, ...]:
+    """Which of autotune's replacements of numba-cuda compiler passes to install: ``AUTOTUNE_NUMBA_PATCH`` unset
+    or ``1``, all; ``0``, none (numba-cuda as it is); else a comma-separated list of them (``lowering``, ``ssa``),
+    so each can be measured or ruled out alone."""
+    value = os.environ.get("AUTOTUNE_NUMBA_PATCH", "1").strip()
+    if value == "1":
+        return NUMBA_PASSES
+    if value == "0":
+        return ()
+    names = tuple(name.strip() for name in value.split(",") if name.strip())
+    unknown = [name for name in names if name not in NUMBA_PASSES]
+    if unknown:
+        raise ValueError(f"AUTOTUNE_NUMBA_PATCH={value!r}: unknown {', '.join(unknown)}; "
+                         f"use 1, 0 or some of {', '.join(NUMBA_PASSES)}")
+    return names
+
+
+def _speed_up_numba() -> None:
+    """The linear lowering pass (``numba_lowering``) and the indexed SSA reconstruction (``numba_ssa``), before the
+    first kernel is compiled; not in the simulator. Each gives numba-cuda's own result, faster."""
+    from . import backend, numba_lowering, numba_ssa
+
+    if backend.simulator():
+        return
+    wanted = numba_passes_wanted()
+    if "lowering" in wanted:
         numba_lowering.install()
+    if "ssa" in wanted:
+        numba_ssa.install()
 
 
 @dataclass(frozen=True)

@@ -6,15 +6,14 @@ length. A generated matmul's unrolled K loop is one block of thousands of statem
 about a quarter of the compile of a large winner, and more for the longest unrolls. The replacement counts each
 block's assignment targets once and returns the same set.
 
-It is installed only over the exact function it was written against (``KNOWN_SOURCE_SHA256``, numba-cuda
-0.30.4): any other version keeps its own. ``AUTOTUNE_NUMBA_PATCH=0`` in the environment leaves numba-cuda as it
-is. Installation is process-wide and affects every kernel this process lowers, autotune's or not, by speed only.
+It is installed only over the exact function it was written against (``KNOWN_SOURCE_SHA256``, numba-cuda 0.30.4):
+any other version keeps its own. ``AUTOTUNE_NUMBA_PATCH`` (``autotune.compiler``) can leave it out. Installation is
+process-wide and affects every kernel this process lowers, autotune's or not, by speed only.
 """
 from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 from collections import Counter, defaultdict
 
 KNOWN_SOURCE_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
@@ -68,10 +67,10 @@ def singly_assigned_variables(lower) -> set[str]:
 
 
 def install() -> bool:
-    """Put the linear version in place (once per process); False where the guard or the environment says no."""
+    """Put the linear version in place (once per process); False where the guard says no."""
     if _state["installed"]:
         return True
-    if os.environ.get("AUTOTUNE_NUMBA_PATCH", "1") == "0" or not original_source_matches():
+    if not original_source_matches():
         return False
     lower = _lowering().Lower
 

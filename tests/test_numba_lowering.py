@@ -25,9 +25,9 @@ def test_the_linear_pass_finds_the_same_variables_and_makes_the_same_ptx():
     assert result["synthetic"] == {"plain": True, "assigned twice": True, "alloca": True}  # each exclusion decides
 
 
-def test_install_refuses_a_changed_pass_and_honours_the_opt_out(monkeypatch):
-    """The guard compares the source of numba-cuda's method; a different hash or AUTOTUNE_NUMBA_PATCH=0 leaves the
-    method in place (checked on a stand-in class, so this process's numba-cuda is not touched)."""
+def test_install_refuses_a_changed_pass(monkeypatch):
+    """The guard compares the source of numba-cuda's method; a different hash leaves the method in place (checked
+    on a stand-in class, so this process's numba-cuda is not touched)."""
     from autotune import numba_lowering
 
     class Lower:
@@ -50,8 +50,31 @@ def test_install_refuses_a_changed_pass_and_honours_the_opt_out(monkeypatch):
 
     digest = hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
     monkeypatch.setattr(numba_lowering, "KNOWN_SOURCE_SHA256", digest)
-    monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "0")
-    assert not numba_lowering.install() and Lower._find_singly_assigned_variable is original
-    monkeypatch.delenv("AUTOTUNE_NUMBA_PATCH")
     assert numba_lowering.install() and Lower._find_singly_assigned_variable is not original
     assert Lower._find_singly_assigned_variable.__wrapped__ is original
+
+
+def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
+    """AUTOTUNE_NUMBA_PATCH: unset or 1 installs both replacements, 0 none, a list only those named; a name that is
+    not a replacement is an error naming the choices, not a silent no-op. The compile path installs what it says
+    (stand-in modules record the calls; the simulator check is bypassed)."""
+    import pytest
+
+    from autotune import backend, compiler, numba_lowering, numba_ssa
+
+    installed = []
+    monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
+    monkeypatch.setattr(numba_ssa, "install", lambda: installed.append("ssa"))
+    monkeypatch.setattr(backend, "simulator", lambda: False)
+    for value, expected in ((None, ["lowering", "ssa"]), ("1", ["lowering", "ssa"]), ("0", []),
+                            ("ssa", ["ssa"]), (" lowering , ", ["lowering"]), ("ssa,lowering", ["lowering", "ssa"])):
+        if value is None:
+            monkeypatch.delenv("AUTOTUNE_NUMBA_PATCH", raising=False)
+        else:
+            monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", value)
+        installed.clear()
+        compiler._speed_up_numba()
+        assert installed == expected, value
+    monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "ssa,inlining")
+    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa"):
+        compiler.numba_passes_wanted()
