@@ -409,7 +409,7 @@ class Tuner:
         self._stopping.set()
         pool.stop()
         for w in workers:
-            w.kill()
+            w.stop()
         while True:
             try:
                 compiled.get_nowait()

@@ -39,6 +39,9 @@ def start_child(parent_pid: int) -> None:
     exit_with_parent(parent_pid)
 
 
+STOP_WAIT_S = 10.0
+
+
 class CompilePool(cf.ProcessPoolExecutor):
     """Processes that compile variants on the CPU (spawned: CUDA cannot survive a fork); they exit with us.
 
@@ -56,12 +59,16 @@ class CompilePool(cf.ProcessPoolExecutor):
 
     def stop(self) -> None:
         """Drop compiles not yet started and end those still running: a compile that outlived its trial (timed
-        out, past the deadline, interrupted) must not hold the run open. The executor has no public way to end
-        a running job, hence its process table."""
-        self.shutdown(wait=False, cancel_futures=True)
-        for process in list((getattr(self, "_processes", None) or {}).values()):
+        out, past the deadline, interrupted) must not hold the run open, nor the interpreter's exit, which joins
+        the executor's manager thread until its jobs end. The executor has no public way to end a running job,
+        hence its process table and thread, read before ``shutdown`` drops them."""
+        processes = list((getattr(self, "_processes", None) or {}).values())
+        manager = getattr(self, "_executor_manager_thread", None)
+        self.shutdown(wait=False, cancel_futures=True)  # forgets both: they were taken first
+        for process in processes:
             process.terminate()
-        self.shutdown(wait=True)
+        if manager is not None:
+            manager.join(STOP_WAIT_S)
 
 
 def _serve(conn, parent_pid: int, device: int | None, simulator: bool) -> None:
@@ -92,6 +99,8 @@ class Worker:
         self.restarts = 0
         self._process = None
         self._conn = None
+        self._stopped = False
+        self._starting = threading.Lock()
 
     def __enter__(self) -> "Worker":
         return self
@@ -108,10 +117,13 @@ class Worker:
         child.close()
 
     def run(self, job: Job) -> Measurement:
-        """The job's measurement, or a failed one if the worker timed out or died on it."""
-        if self._process is None or not self._process.is_alive():
-            self._start()
-        process, conn = self._process, self._conn
+        """The job's measurement, or a failed one if the worker timed out or died on it, or was stopped."""
+        with self._starting:
+            if self._stopped:
+                return Measurement(ok=False, stage="run", reason="the worker was stopped (the run is ending)")
+            if self._process is None or not self._process.is_alive():
+                self._start()
+            process, conn = self._process, self._conn
         conn.send(job)
         if not conn.poll(self.timeout_s):
             self._kill()
@@ -130,8 +142,15 @@ class Worker:
         self.restarts += 1
         self.kill()
 
+    def stop(self) -> None:
+        """End the child now, mid-job or not, and start none again (a run being interrupted): a GPU thread that
+        got its variant's compile just before the interruption must not spawn a fresh worker and measure it."""
+        with self._starting:
+            self._stopped = True
+        self.kill()
+
     def kill(self) -> None:
-        """End the child now, mid-job or not (a run being interrupted)."""
+        """End the child now, mid-job or not; the next job starts a new one."""
         if self._process is not None and self._process.is_alive():
             self._process.kill()
             self._process.join(10)

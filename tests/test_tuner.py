@@ -277,6 +277,40 @@ def test_ctrl_c_stops_the_run_at_once_and_records_nothing_half_done(tmp_path):
     assert len(measured) == 8
 
 
+def test_a_stopped_worker_measures_nothing_more():
+    """After ``stop()`` (a run being interrupted) a GPU thread that got its compile just before must not spawn a
+    fresh worker and measure: on the H100 that race held an interrupted run open for 17-45 s."""
+    from autotune.worker import Worker
+
+    worker = Worker(device=None, simulator=True)
+    worker.stop()
+    got = worker.run(object())  # returns before the job is looked at
+    assert not got.ok and got.stage == "run" and "stopped" in got.reason
+    assert worker._process is None
+
+
+def test_stopping_the_compile_pool_ends_running_compiles():
+    """``CompilePool.stop`` ends a compile that is running, not only those waiting: an interrupted H100 run sat
+    15-45 s at exit while the interpreter joined the pool's manager thread until the last long compile ended."""
+    from autotune.worker import CompilePool
+
+    pool = CompilePool(1)
+    running = pool.submit(time.sleep, 120)
+    waiting = pool.submit(time.sleep, 120)
+    deadline = time.time() + 60
+    while not running.running() and time.time() < deadline:
+        time.sleep(0.1)
+    assert running.running()
+    processes = list(pool._processes.values())
+    start = time.time()
+    pool.stop()
+    assert time.time() - start < 15
+    assert waiting.done()  # cancelled, or failed with the pool it was queued in
+    for process in processes:
+        process.join(5)
+        assert not process.is_alive()
+
+
 def test_no_gpu_says_so(tmp_path):
     proc = run_cli(["matmul", "--device", "0"], tmp_path)
     out, _ = proc.communicate(timeout=120)
