@@ -8,7 +8,8 @@ in a fresh process, cold, with the real compiler for sm_90 (Numba -> NVVM -> PTX
 needed), RUNS times; the median wall time of the compile call is reported. The cubin's SASS (nvdisasm, from
 `pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA/DMMA (the math),
 LDS, LDG and all instructions, and ptxas gives registers and spills. Prints a Markdown table. ``--before-env``
-sets environment variables for the before side only (``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own lowering pass).
+sets environment variables for the before side only (``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own passes;
+``=lowering``: only the linear lowering pass).
 """
 from __future__ import annotations
 
