@@ -165,6 +165,8 @@ NAN_STRATEGIES = [
     (None, {"BLOCK": 32, "ITEMS": 2, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": br, "COMBINE": combine})
     for br in ("shuffle", "tree", "serial") for combine in ("last_block", "atomic", "two_pass")
 ] + [(1, {"BLOCK": 64, "ITEMS": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
+     (1, {"BLOCK": 64, "ITEMS": 2, "VEC": 1, "ROW_MODE": "lanes8"}),
+     (1, {"BLOCK": 32, "ITEMS": 1, "VEC": 2, "ROW_MODE": "lanes4"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "serial"}),
      (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 1, "VEC": 2}),
@@ -190,6 +192,24 @@ def test_max_and_min_propagate_nan_in_every_strategy(op, axis, params, rng):
     lines[1::3, rng.integers(lines.shape[1])] = np.inf
     lines[2::3, rng.integers(lines.shape[1])] = -np.inf
     np.testing.assert_array_equal(k(x), getattr(np, op)(x, axis=axis))  # NaN where NumPy has NaN
+
+
+@pytest.mark.parametrize("mode", ["lanes16", "lanes8", "lanes4"])
+def test_rows_shared_by_lanes_of_a_warp_match_numpy_on_odd_shapes(mode, rng):
+    """A few lanes per row (short rows): rows shorter than one lane's vector, longer than a whole pass of the
+    group, a row count that leaves the last warp and the last block partly idle, one row, no columns; sums of fresh
+    random data against float64 NumPy, the output poisoned with NaN first."""
+    from numba import cuda
+
+    for shape in [(37, 13), (1, 1), (3, 0), (70, 256), (129, 97)]:
+        for vec, items in [(1, 1), (4, 2), (2, 4)]:
+            k = build_kernel("reduce", {"BLOCK": 64, "ITEMS": items, "VEC": vec, "ROW_MODE": mode, "WAVES": 1},
+                             op="sum", axis=1)
+            x = rng.standard_normal(shape).astype(np.float32)
+            out = cuda.to_device(np.full(shape[0], np.nan, np.float32))
+            k(cuda.to_device(x), out=out)
+            np.testing.assert_allclose(out.copy_to_host(), x.astype(np.float64).sum(axis=1), rtol=1e-5, atol=1e-4,
+                                       err_msg=f"{mode} {shape} VEC={vec} ITEMS={items}")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
@@ -291,6 +311,7 @@ WIDENING_STRATEGIES = [
     ((523,), None, {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": "tree", "COMBINE": "last_block"}),
     ((523,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "WAVES": 1, "BLOCK_REDUCE": "serial", "COMBINE": "two_pass"}),
     ((5, 66), 1, {"BLOCK": 64, "ITEMS": 2, "VEC": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
+    ((11, 66), 1, {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "ROW_MODE": "lanes16"}),
     ((5, 66), 1, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
     ((37, 6), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 2, "ROW_SPLIT": 1, "VEC": 2}),
     ((37, 6), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 1, "ROW_SPLIT": 4, "VEC": 1}),

@@ -251,6 +251,11 @@ def uses_atomics(params, args) -> bool:
     return args["axis"] in (0, -2) and params["ROW_SPLIT"] > 1
 
 
+def row_lanes(row_mode: str) -> int:
+    """Threads that reduce one row in a warp-based row mode: 32 for ``warp``, N for ``lanesN``."""
+    return 32 if row_mode == "warp" else int(row_mode.removeprefix("lanes"))
+
+
 def staged(params, dtype: str, args) -> bool:
     """float16 results combined with atomics go through a float32 workspace, then a store kernel: there are no
     float16 atomics that accumulate in float32."""

@@ -14,7 +14,8 @@ from ..device import current_device, gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, elementwise, fill
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .reduce import accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape, staged
+from .reduce import (accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape,
+                     row_lanes, staged)
 
 
 # {x}: the input's dtype; {o}: the dtype of what the kernel writes; {acc}: the accumulator's
@@ -219,7 +220,7 @@ class ReduceKernel(Planned, Kernel):
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), (partial, blocks)
         M, N = shape[-2:]
         if self.axis == 1:
-            rows_per_block = p["BLOCK"] // 32 if p["ROW_MODE"] == "warp" else 1
+            rows_per_block = p["BLOCK"] // row_lanes(p["ROW_MODE"]) if p["ROW_MODE"] != "block" else 1
             blocks = max(1, min(-(-M // rows_per_block), p["WAVES"] * sms))
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), None
         splits = max(1, min(p["ROW_SPLIT"], M))
