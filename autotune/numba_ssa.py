@@ -26,11 +26,11 @@ from __future__ import annotations
 import hashlib
 import inspect
 from collections import defaultdict
+from copy import copy
 
 KNOWN_SOURCE_SHA256 = "1fac9cb9ff87f831027d6d9079199cb1e0f378e6368c33f81e3c788e41072ad0"
 REPLACED = ("_run_ssa", "_fix_ssa_vars", "_fresh_vars", "_run_block_rewrite", "_run_ssa_block_pass",
             "_FreshVarHandler", "_FixSSAVars")
-STRIP_PHIS = "PreLowerStripPhis._strip_phi_nodes"
 
 _state = {"installed": False}
 
@@ -243,8 +243,6 @@ class _Assignments:
 def strip_phi_nodes(self, func_ir):
     """``PreLowerStripPhis._strip_phi_nodes`` with the same result: each phi becomes an assignment in each
     predecessor, after the last assignment of its incoming value there, else at the top of the block."""
-    from copy import copy
-
     ir = _ssa().ir
     exporters = defaultdict(list)
     phis = set()
