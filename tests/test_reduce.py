@@ -52,10 +52,13 @@ def rotated(shapes, index, params):
 
     The simulator runs a Python thread per GPU thread, and a configuration that launches thousands of them
     (512- or 1024-thread blocks, 16 or more row splits) over many rows or columns takes minutes: those get
-    the shapes of at most 33 x 31 elements. Every (op, shape) and every (op, parameter value) pair is still
+    the shapes of at most 33 x 31 elements, and a 512- or 1024-thread block per row the shapes of at most 3 rows
+    (each row is a block-wide combine, a round of barriers across all those threads). Every (op, shape) and every (op, parameter value) pair is still
     checked; the GPU selftest (autotune selftest) runs every configuration on every shape.
     """
-    if params.get("BLOCK", 0) >= 512 or params.get("ROW_SPLIT", 0) >= 16:
+    if params.get("ROW_MODE") == "block" and params.get("BLOCK", 0) >= 512:  # a block-wide combine per row
+        shapes = [s for s in shapes if s[0] <= 3] or shapes
+    elif params.get("BLOCK", 0) >= 512 or params.get("ROW_SPLIT", 0) >= 16:
         shapes = [s for s in shapes if np.prod(s) <= 33 * 31] or shapes
     return shapes[index % len(shapes)]
 
