@@ -382,7 +382,7 @@ class Tuner:
             with self._lock:
                 self._flight[trial.number] = (trial, config)
             the_job = job_for(self.problem, config, self.config.space_path)
-            _put_interruptibly(compiled, (trial, config, the_job, pool.submit(compile_variant, the_job)))
+            compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
 
     def _requeue_waiting(self, compiled: queue.Queue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
@@ -468,8 +468,8 @@ class Tuner:
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
 
     def _compiled(self, future):
-        """The compile's result, waited for in short slices so that an interruption is seen at once (a stopped
-        pool never settles the futures of the compiles it ended); None once the run is stopping. Raises
+        """The compile's result, waited for in short slices so that an interruption is seen at once, whatever
+        state the stopped pool leaves the future in; None once the run is stopping. Raises
         ``concurrent.futures.TimeoutError`` after the compile timeout."""
         deadline = time.monotonic() + self.config.compile_timeout_s
         while not self._stopping.is_set():
@@ -557,18 +557,6 @@ class Tuner:
             return False
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
                    for t in self.study.get_trials(deepcopy=False))
-
-
-def _put_interruptibly(q: queue.Queue, item) -> None:
-    """``q.put(item)``, waiting in short slices. A put blocked on a full queue wakes for Ctrl-C only if the kernel
-    hands SIGINT to the main thread; with the GPU and pool threads running it often lands on another, and an
-    interrupted H100 run sat in the put until the GPU took the next variant (20-40 s)."""
-    while True:
-        try:
-            q.put(item, timeout=0.2)
-            return
-        except queue.Full:
-            continue
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:
