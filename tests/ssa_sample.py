@@ -58,7 +58,7 @@ def main():
             clone = copy.copy(func_ir)
             clone.blocks = copy.deepcopy(func_ir.blocks)
             seen["phis"] += sum(1 for block in func_ir.blocks.values() for stmt in block.body
-                                if "phi(" in str(getattr(stmt, "value", "")))
+                                if getattr(getattr(stmt, "value", None), "op", None) == "phi")
             theirs = original_strip(self, clone)
             ours = strip(self, func_ir)
             seen["stripped_equal"] &= listing(ours.blocks) == listing(theirs.blocks)

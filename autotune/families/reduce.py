@@ -95,6 +95,7 @@ class ReduceFamily(KernelFamily):
         acc = accumulator_dtype(args["op"], dtype)
         return {**params, **args, "dtype": dtype, "SIM": simulator, "ACC": acc, "WIDEN": acc != dtype,
                 "KOUT": kernel_out_dtype(params, dtype, args), "STAGED": staged(params, dtype, args),
+                "LANES": row_lanes(params["ROW_MODE"]) if params.get("ROW_MODE", "block") != "block" else None,
                 "identity": _identity_source(identity(args["op"], acc)), "ARGS": kernel_args(params, args),
                 "description": f"reduce {args['op']} axis={args['axis']} {dtype} {dict(params)}"}
 
