@@ -103,7 +103,8 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
               f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
               f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each and "
               f"the call queued behind a 200 us GPU sleep (GPU time only, host launch time hidden), after warm-up; "
-              f"every autotune variant was first checked exactly against float64 NumPy.\n")
+              f"every autotune variant was first checked against float64 NumPy by its family's oracle (exactly where "
+              f"the data allow, else within the stated error bound).\n")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     md = out / f"{device.slug}-{name}.md"

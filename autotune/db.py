@@ -313,7 +313,8 @@ def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
 def entry_record(problem: Problem, params: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     """A database entry in file form, its keys in a fixed order."""
     record: dict[str, Any] = {"kernel": problem.kind, "dtype": problem.dtype, "shape": list(problem.shape)}
-    record.update(problem.impl.args_text(problem.family))
+    text = problem.impl.args_text(problem.family)
+    record.update({a.name: text[a.name] for a in problem.impl.args if a.written(problem.family[a.name])})
     record["params"] = dict(params)
     record.update({k: v for k, v in fields.items() if v is not None})
     return record

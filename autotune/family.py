@@ -14,9 +14,9 @@ The contract, in the order data flows:
   ``template(params)``, the Jinja file that renders a configuration, fed by ``template_context``. Only validated
   integers and names from the space reach a template. ``predicates`` adds constraint predicates of the family's
   own to the generic ones; ``threads`` and ``shared_bytes`` let the hardware limits apply to every space.
-- **Problems**: ``check_shape`` accepts shapes, ``out_shape`` and ``out_dtype`` describe the output, ``key_tag``
-  names the arguments in a problem's key, ``work`` and ``unit`` say what a second of it is worth (FLOP or bytes),
-  ``peak`` the device's best rate in that unit.
+- **Problems**: ``check_shape`` accepts shapes and ``check_dtype`` dtypes (given the arguments), ``out_shape`` and
+  ``out_dtype`` describe the output, ``key_tag`` names the arguments in a problem's key, ``work`` and ``unit`` say
+  what a second of it is worth (FLOP or bytes), ``peak`` the device's best rate in that unit.
 - **Data and oracle**: ``inputs`` draws fresh random data (never zeros) for checking and for timing;
   ``verification`` lists the check cases (inputs and a float64 NumPy reference) and ``verify`` compares a
   kernel's output with one, exactly where the data make that possible, within a stated tolerance otherwise.
@@ -47,13 +47,20 @@ class FamilyArg:
     """One family argument: its allowed values (Python values: str, int or None), its default and help.
 
     ``none_means`` names the word that stands for None in a database entry, a search space's ``when`` and on the
-    command line (a reduction's ``axis: all``)."""
+    command line (a reduction's ``axis: all``). ``implicit``: an argument added to a family after entries were
+    written, left out of problem keys and database entries where it has its default, so that those keys and
+    files stay as they were (an entry without it reads as the default)."""
 
     name: str
     choices: tuple
     default: Any
     help: str = ""
     none_means: str | None = None
+    implicit: bool = False
+
+    def written(self, value: Any) -> bool:
+        """Whether the value appears in keys and entries (see ``implicit``)."""
+        return not (self.implicit and value == self.default)
 
     def text(self, value: Any) -> Any:
         """The value as written in database entries and seen by ``when`` conditions."""
@@ -72,11 +79,13 @@ class FamilyArg:
 
 @dataclass(frozen=True)
 class Case:
-    """One verification case: device inputs' host copies, the float64 reference, and what the case holds."""
+    """One verification case: device inputs' host copies, the float64 reference, what the case holds and, where
+    the answer is not exact, the largest error the family's ``verify`` allows."""
 
     inputs: tuple[np.ndarray, ...]
     expected: np.ndarray | None  # None where verify works it out itself (a large matmul: Freivalds' test)
     what: str = "elements"
+    tolerance: float | None = None
 
 
 class Kernel:
@@ -156,9 +165,13 @@ class KernelFamily(abc.ABC):
     def check_shape(self, shape: tuple[int, ...], args: Mapping[str, Any]) -> None:
         """Raise ValueError unless ``shape`` is a problem shape of this family (dimensions are >= 1 already)."""
 
+    def check_dtype(self, dtype: str, args: Mapping[str, Any]) -> None:
+        """Raise ValueError unless this family computes ``dtype`` (one of ``dtypes``) with these arguments."""
+
     def key_tag(self, args: Mapping[str, Any]) -> str:
         """The arguments as a key segment: 'nn', 'sum/axis1'."""
-        return "/".join(str(self.args_text(args)[a.name]) for a in self.args) or "-"
+        text = self.args_text(args)
+        return "/".join(str(text[a.name]) for a in self.args if a.written(args[a.name])) or "-"
 
     @abc.abstractmethod
     def work(self, problem: "Problem") -> float:
@@ -171,6 +184,10 @@ class KernelFamily(abc.ABC):
     def peak(self, device: "DeviceInfo", dtype: str) -> float | None:
         """The device's best rate in ``unit`` (for 'of peak' columns); by default its memory bandwidth."""
         return device.peak_gbps()
+
+    def peak_for(self, problem: "Problem", device: "DeviceInfo") -> float | None:
+        """The best rate for this problem (``peak`` of its dtype unless its arguments change the hardware used)."""
+        return self.peak(device, problem.dtype)
 
     @abc.abstractmethod
     def out_shape(self, problem: "Problem") -> tuple[int, ...]:
@@ -251,7 +268,8 @@ class KernelFamily(abc.ABC):
 
     def bench_name(self, problem: "Problem") -> str:
         """File name stem of a bench table (one per family, arguments and dtype)."""
-        parts = [self.name, *(str(v) for v in self.args_text(problem.family).values())]
+        text = self.args_text(problem.family)
+        parts = [self.name, *(str(text[a.name]) for a in self.args if a.written(problem.family[a.name]))]
         return "-".join(parts) + ("" if problem.dtype == "float32" else f"-{problem.dtype}")
 
     def __repr__(self) -> str:

@@ -174,19 +174,68 @@ cp_async_wait1 = _make_plain_asm("cp.async.wait_group 1;")
 cp_async_wait2 = _make_plain_asm("cp.async.wait_group 2;")
 
 
+def _mma_text(k: int, types_: str, counts: tuple[int, int]) -> str:
+    """mma.sync m16n8k<k> with operands $0-$3 (D), then A, B and C in numbered groups of counts[0], counts[1], 4."""
+    ops, first = [], 4  # operands $0-$3 are the outputs
+    for count in (*counts, 4):
+        ops.append("{" + ", ".join(f"${first + i}" for i in range(count)) + "}")
+        first += count
+    return f"mma.sync.aligned.m16n8k{k}.row.col.{types_} {{$0, $1, $2, $3}}, {', '.join(ops)};"
+
+
 def _dmma(builder, k: int, a: list, b: list, c: list) -> list:
     """One mma.sync m16n8k<k> of float64 fragments as inline PTX: the four results from a (k/2 values of A), b (k/4
     of B) and c (the four of C), each in the PTX ISA's fragment layout (lane = 4 * row group + thread in group)."""
     double = ir.DoubleType()
     values = [*a, *b, *c]
     fnty = ir.FunctionType(ir.LiteralStructType([double] * 4), [double] * len(values))
-    ops, first = [], 4  # operands $0-$3 are the outputs
-    for count in (k // 2, k // 4, 4):
-        ops.append("{" + ", ".join(f"${first + i}" for i in range(count)) + "}")
-        first += count
-    text = f"mma.sync.aligned.m16n8k{k}.row.col.f64.f64.f64.f64 {{$0, $1, $2, $3}}, {', '.join(ops)};"
+    text = _mma_text(k, "f64.f64.f64.f64", (k // 2, k // 4))
     out = builder.call(ir.InlineAsm(fnty, text, ",".join(["=d"] * 4 + ["d"] * len(values))), values)
     return [builder.extract_value(out, i) for i in range(4)]
+
+
+def _tf32_mma(builder, k: int, a: list, b: list, c: list) -> list:
+    """One mma.sync m16n8k<k> (k 4 or 8) of TF32 fragments (32-bit registers holding TF32 bits, see _to_tf32) with
+    float32 accumulators; the fragment layout is the fp64 mma's of the same k."""
+    word, single = ir.IntType(32), ir.FloatType()
+    fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
+    text = _mma_text(k, "f32.tf32.tf32.f32", (k // 2, k // 4))
+    constraints = ",".join(["=f"] * 4 + ["r"] * (len(a) + len(b)) + ["f"] * 4)
+    out = builder.call(ir.InlineAsm(fnty, text, constraints), [*a, *b, *c])
+    return [builder.extract_value(out, i) for i in range(4)]
+
+
+def _to_tf32(builder, x):
+    """x (float32) rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna), as the 32-bit
+    register an mma operand takes."""
+    fnty = ir.FunctionType(ir.IntType(32), [ir.FloatType()])
+    return builder.call(ir.InlineAsm(fnty, "cvt.rna.tf32.f32 $0, $1;", "=r,f"), [x])
+
+
+def _tf32_split(builder, x) -> tuple:
+    """x = big + small (up to 2**-22 relative), both TF32: big = tf32(x), small = tf32(x - big)."""
+    big = _to_tf32(builder, x)
+    rest = builder.fsub(x, builder.bitcast(big, ir.FloatType()))
+    return big, _to_tf32(builder, rest)
+
+
+def _mma_step(precision: str):
+    """How one m16n8k<k> step turns fragments into results for a precision: fp64 as they are; "tf32" one product of
+    the TF32-rounded fragments; "3xtf32" three, big*big + big*small + small*big of each fragment split into TF32
+    parts (the small products first), which leaves out only small*small: fp32-level error on the tensor cores."""
+    if precision == "fp64":
+        return (lambda builder, x: x), lambda builder, k, a, b, c: _dmma(builder, k, a, b, c)
+    if precision == "tf32":
+        return _to_tf32, lambda builder, k, a, b, c: _tf32_mma(builder, k, a, b, c)
+
+    def three(builder, k, a, b, c):
+        a_big, a_small = zip(*a)
+        b_big, b_small = zip(*b)
+        d = _tf32_mma(builder, k, list(a_small), list(b_big), c)
+        d = _tf32_mma(builder, k, list(a_big), list(b_small), d)
+        return _tf32_mma(builder, k, list(a_big), list(b_big), d)
+
+    return _tf32_split, three
 
 
 @intrinsic
@@ -206,41 +255,63 @@ def dmma_m16n8(typingctx, a, b, c):
     return sig, codegen
 
 
-@intrinsic
-def dmma_tile(typingctx, acc, fa, fb, k):
-    """One k-deep step of a warp's fp64 tensor-core tile: (TM/2) x (TN/2) mma.sync m16n8k<k> (sm_90), each on a
-    16 x 8 piece whose results are tile rows 2mi, 2mi+1 and columns 2nj, 2nj+1 of acc (TM x TN, at ``tile_slot``).
-    fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row wr + 8i, k = tig + 4q), fb its B fragments
-    (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k (4, 8 or 16) must be a constant. One call replaces a
-    statement per mma, whose typing and lowering Numba's front end spends its time on."""
-    if not isinstance(k, types.IntegerLiteral):
-        return None  # Numba then types the call again with the constant's literal type
-    steps = k.literal_value
-    q = steps // 4
-    if steps not in (4, 8, 16) or not isinstance(acc, types.UniTuple) or len(fa) % q or len(fb) % q:
-        raise TypeError(f"dmma_tile wants an accumulator tuple and fragments for k in 4, 8, 16; got {acc}, "
-                        f"{len(fa)} and {len(fb)} fragments, k={steps}")
-    tm, half_tn = len(fa) // q, len(fb) // q
-    if tm % 2 or acc.count != tm * 2 * half_tn:
-        raise TypeError(f"dmma_tile: {acc.count} accumulators do not match {tm} x {2 * half_tn} fragments")
-    sig = acc(acc, fa, fb, k)
+MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8)}
 
-    def codegen(context, builder, sig, args):
-        a_values = _flat(builder, args[1], sig.args[1])
-        b_values = _flat(builder, args[2], sig.args[2])
-        tn = 2 * half_tn
-        result = args[0]
-        for mi in range(tm // 2):
-            for nj in range(half_tn):
-                a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(steps // 2)]
-                b = [b_values[nj * q + y] for y in range(q)]
-                slots = [tile_slot(tm * tn, 2 * mi + i, 2 * nj + j, tn) for i in (0, 1) for j in (0, 1)]
-                d = _dmma(builder, steps, a, b, [builder.extract_value(result, s) for s in slots])
-                for slot, value in zip(slots, d):
-                    result = builder.insert_value(result, value, slot)
-        return result
 
-    return sig, codegen
+def _make_mma_tile(precision: str):
+    """The tile intrinsic of a precision (see dmma_tile): fp64 on float64 tiles; tf32 and 3xtf32 on float32."""
+    element = types.float64 if precision == "fp64" else types.float32
+    ks = MMA_KS[precision]
+    prepare, step = _mma_step(precision)
+
+    @intrinsic
+    def mma_tile(typingctx, acc, fa, fb, k):
+        if not isinstance(k, types.IntegerLiteral):
+            return None  # Numba then types the call again with the constant's literal type
+        steps = k.literal_value
+        q = steps // 4
+        if steps not in ks or not isinstance(acc, types.UniTuple) or acc.dtype != element or len(fa) % q \
+                or len(fb) % q:
+            raise TypeError(f"{precision} mma tile wants a {element} accumulator tuple and fragments for k in "
+                            f"{', '.join(map(str, ks))}; got {acc}, {len(fa)} and {len(fb)} fragments, k={steps}")
+        tm, half_tn = len(fa) // q, len(fb) // q
+        if tm % 2 or acc.count != tm * 2 * half_tn:
+            raise TypeError(f"{precision} mma tile: {acc.count} accumulators do not match {tm} x {2 * half_tn} "
+                            f"fragments")
+        sig = acc(acc, fa, fb, k)
+
+        def codegen(context, builder, sig, args):
+            # Each fragment is rounded (split) once, however many mma use it.
+            a_values = [prepare(builder, x) for x in _flat(builder, args[1], sig.args[1])]
+            b_values = [prepare(builder, x) for x in _flat(builder, args[2], sig.args[2])]
+            tn = 2 * half_tn
+            result = args[0]
+            for mi in range(tm // 2):
+                for nj in range(half_tn):
+                    a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(steps // 2)]
+                    b = [b_values[nj * q + y] for y in range(q)]
+                    slots = [tile_slot(tm * tn, 2 * mi + i, 2 * nj + j, tn) for i in (0, 1) for j in (0, 1)]
+                    d = step(builder, steps, a, b, [builder.extract_value(result, s) for s in slots])
+                    for slot, value in zip(slots, d):
+                        result = builder.insert_value(result, value, slot)
+            return result
+
+        return sig, codegen
+
+    mma_tile.__doc__ = _MMA_TILE_DOC.format(precision=precision, element=element, ks=", ".join(map(str, ks)))
+    return mma_tile
+
+
+_MMA_TILE_DOC = """One k-deep step of a warp's {precision} tensor-core tile ({element}): (TM/2) x (TN/2) mma.sync
+    m16n8k<k> (sm_80+; k in {ks}), each on a 16 x 8 piece whose results are tile rows 2mi, 2mi+1 and columns 2nj,
+    2nj+1 of acc (TM x TN, at ``tile_slot``). fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row
+    wr + 8i, k = tig + 4q), fb its B fragments (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k must be a
+    constant. One call replaces a statement per mma, whose typing and lowering Numba's front end spends its time
+    on."""
+
+dmma_tile = _make_mma_tile("fp64")
+tf32_tile = _make_mma_tile("tf32")
+tf32x3_tile = _make_mma_tile("3xtf32")
 
 
 def _atomic_minmax_codegen(is_max: bool):
@@ -356,6 +427,24 @@ def tile_of(typingctx, value, count):
     return sig, codegen
 
 
-__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit",
-           "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile", "red_add1", "red_add2", "red_add4", "tile_of",
-           "vload2", "vload4", "vstore2", "vstore4"]
+@intrinsic
+def tile_add(typingctx, a, b):
+    """Two register tiles (tuples of one float type and length) added elementwise with fp32/fp64 adds."""
+    if not (isinstance(a, types.UniTuple) and a == b and isinstance(a.dtype, types.Float)):
+        raise TypeError(f"tile_add adds two tuples of the same floats, got {a} and {b}")
+    sig = a(a, b)
+
+    def codegen(context, builder, sig, args):
+        result = args[0]
+        for i in range(sig.return_type.count):
+            total = builder.fadd(builder.extract_value(args[0], i), builder.extract_value(args[1], i))
+            result = builder.insert_value(result, total, i)
+        return result
+
+    return sig, codegen
+
+
+__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
+           "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile",
+           "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of", "vload2",
+           "vload4", "vstore2", "vstore4"]

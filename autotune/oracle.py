@@ -58,6 +58,24 @@ def compare_close(got: np.ndarray, expected: np.ndarray, bound: np.ndarray | flo
     return _describe(bad, got, expected, what, "are off by more than the error bound from the float64 reference")
 
 
+def relative_error(got: np.ndarray, expected: np.ndarray) -> float:
+    """||got - expected|| / ||expected|| (Frobenius norms, in float64); infinite where got holds a NaN or inf."""
+    got = np.asarray(got, dtype=np.float64).reshape(np.shape(expected))
+    if not np.isfinite(got).all():
+        return float("inf")
+    scale = float(np.linalg.norm(expected))
+    return float(np.linalg.norm(got - expected)) / scale if scale else float(np.linalg.norm(got))
+
+
+def compare_norm(got: np.ndarray, expected: np.ndarray, bound: float, what: str = "elements") -> str | None:
+    """None where the relative error of ``got`` (see relative_error) is at most ``bound``; else how far over."""
+    error = relative_error(got, expected)
+    if error <= bound:
+        return None
+    return (f"the {what} have a relative error of {error:.3g} against the float64 reference, over the bound "
+            f"{bound:.3g}")
+
+
 def _describe(bad: np.ndarray, got: np.ndarray, expected: np.ndarray, what: str, verb: str) -> str | None:
     if not bad.any():
         return None
@@ -66,4 +84,4 @@ def _describe(bad: np.ndarray, got: np.ndarray, expected: np.ndarray, what: str,
             f"{expected[where].item()!r}")
 
 
-__all__ = ["poison", "unwritten", "compare_exact", "compare_close"]
+__all__ = ["poison", "unwritten", "compare_exact", "compare_close", "compare_norm", "relative_error"]

@@ -84,6 +84,7 @@ class Problem:
         args = impl.canonical_args(self.shape, args)
         object.__setattr__(self, "family", args)
         impl.check_shape(self.shape, args)
+        impl.check_dtype(self.dtype, args)
 
     @property
     def impl(self):

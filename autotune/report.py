@@ -25,7 +25,7 @@ def _cell(value: Any) -> str:
 
 
 def fraction_of_peak(problem, rate: float | None, device: DeviceInfo) -> float | None:
-    peak = problem.impl.peak(device, problem.dtype)
+    peak = problem.impl.peak_for(problem, device)
     return rate / peak if rate and peak else None
 
 

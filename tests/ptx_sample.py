@@ -1,14 +1,17 @@
-"""Print the PTX of a few fixed variants as one JSON object, for tests/test_compile.py to read.
+"""Print the PTX of a few fixed variants as one JSON object, for tests/test_compile.py to read: those named on
+the command line, else all.
 
 Run in its own process, without the CUDA simulator (see compile_sample.py).
 """
 import json
+import sys
 
 from autotune.build import build_kernel
 from autotune.compiler import ptx_of
 
 SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
 REDUCE = {"BLOCK": 128, "ITEMS": 2}
+MMA = {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 4, "VEC": 4, "UNROLL_K": 8}
 VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
             "vector": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "vector"}, {}),
             "last_block": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "last_block"}, {}),
@@ -17,12 +20,18 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
                           {"op": "dot", "axis": 0}),
             "int64_max": ("reduce", "int64", {**REDUCE, "VEC": 2, "COMBINE": "last_block", "BLOCK_REDUCE": "shuffle"}, {"op": "max", "axis": None}),
             "float16_sum": ("reduce", "float16", {**REDUCE, "VEC": 4, "ROW_SPLIT": 2, "BX": 32},
-                            {"op": "sum", "axis": -2})}
+                            {"op": "sum", "axis": -2}),
+            "tf32": ("matmul", "float32", {**MMA, "MMA": 8}, {"precision": "tf32"}),
+            "3xtf32": ("matmul", "float32", {**MMA, "MMA": 8}, {"precision": "3xtf32"}),
+            "tf32_k4": ("matmul", "float32", {**MMA, "MMA": 4}, {"precision": "tf32"}),
+            "ieee": ("matmul", "float32", MMA, {}),
+            "fp64": ("matmul", "float64", {**MMA, "VEC": 2, "MMA": 8}, {})}
 
 
 def main():
     out = {}
-    for name, (kind, dtype, params, args) in VARIANTS.items():
+    for name in sys.argv[1:] or VARIANTS:
+        kind, dtype, params, args = VARIANTS[name]
         kernel = build_kernel(kind, params, dtype, **args)
         out[name] = ptx_of(kernel.kernel, kernel.signature)
     print(json.dumps(out))

@@ -67,9 +67,7 @@ def test_split_k_adds_compile_to_the_chosen_instructions():
     """SPLIT_ADD vector adds a thread's vectors of C with red.global.add.v4.f32 (scalar red at the N edge), and no
     atom; the default keeps Numba's atomic add per element, which database entries written before were timed with;
     last_block adds nothing atomically to C: it stores partial tiles (4-wide), fences, and counts blocks."""
-    proc = run_compiler_script("ptx_sample.py", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = json.loads(proc.stdout)
+    ptx = ptx_sample("vector", "atomic", "last_block")
     vector, atomic, last = ptx["vector"], ptx["atomic"], ptx["last_block"]
     assert "red.relaxed.gpu.global.add.v4.f32" in vector and "red.relaxed.gpu.global.add.f32" in vector
     assert issues("red", vector) and not issues("atom", vector)
@@ -82,9 +80,7 @@ def test_reductions_of_narrow_dtypes_accumulate_wide():
     """int32 sums load int32 and add in int64 (atomics too); an int32 dot adds its int64 partials truncated to int32
     atomically (the same result modulo 2**32); int64 max shuffles and compares 64 bits; float16 loads four halves at
     once, widens them to float32 and combines row slices atomically in a float32 workspace, never in float16."""
-    proc = run_compiler_script("ptx_sample.py", timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ptx = json.loads(proc.stdout)
+    ptx = ptx_sample("int32_sum", "int32_dot", "int64_max", "float16_sum")
     int32_sum, int32_dot, int64_max, half = ptx["int32_sum"], ptx["int32_dot"], ptx["int64_max"], ptx["float16_sum"]
     assert "ld.global.v4.u32" in int32_sum and "cvt.s64.s32" in int32_sum and "atom.global.add.u64" in int32_sum
     assert "atom.global.add.u32" in int32_dot and "mul.lo.s64" in int32_dot and not issues("atom", int32_dot.replace(
@@ -92,6 +88,31 @@ def test_reductions_of_narrow_dtypes_accumulate_wide():
     assert "max.s64" in int64_max and "shfl.sync.down.b32" in int64_max and "ld.global.v2.u64" in int64_max
     assert "ld.global.v4.u16" in half and "cvt.f32.f16" in half and "atom.global.add.f32" in half
     assert "f16" not in re.sub(r"cvt\.f32\.f16", "", half)  # nothing else in half precision
+
+
+def test_each_precision_issues_its_mma():
+    """tf32 rounds each fragment value once (cvt.rna.tf32.f32) and issues m16n8k8 (k4 at MMA=4) with TF32 operands
+    and fp32 accumulators; 3xtf32 splits each value into two TF32 parts (twice the conversions, and a subtraction
+    each) and issues three mma for each of tf32's; ieee float32 issues no mma and rounds nothing to TF32; float64
+    keeps fp64's mma."""
+    ptx = ptx_sample("tf32", "3xtf32", "tf32_k4", "ieee", "fp64")
+    tf32_mma = "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"
+    counts = {name: (ptx[name].count("mma.sync"), ptx[name].count("cvt.rna.tf32.f32")) for name in ptx}
+    assert counts["tf32"][0] > 0 and ptx["tf32"].count(tf32_mma) == counts["tf32"][0]
+    assert counts["3xtf32"] == (3 * counts["tf32"][0], 2 * counts["tf32"][1]), counts
+    assert ptx["3xtf32"].count(tf32_mma) == counts["3xtf32"][0]
+    assert "sub.f32" in ptx["3xtf32"] and "sub.f32" not in ptx["tf32"]
+    assert ptx["tf32_k4"].count("mma.sync.aligned.m16n8k4.row.col.f32.tf32.tf32.f32") == counts["tf32_k4"][0] > 0
+    assert counts["ieee"] == (0, 0), counts
+    assert ptx["fp64"].count("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64") == counts["fp64"][0] > 0
+    assert counts["fp64"][1] == 0
+
+
+def ptx_sample(*names: str) -> dict[str, str]:
+    """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
+    proc = run_compiler_script("ptx_sample.py", *names, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout)
 
 
 def issues(opcode: str, ptx: str) -> bool:

@@ -224,7 +224,7 @@ def test_dtype_and_layout_errors():
 
 # fp64 tensor-core variants: the simulator emulates mma.sync from the PTX ISA's fragment layouts, so these check
 # which lane loads which element of A and B and where its results land, on interior and edge blocks.
-MMA = [({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 8, "MMA": 4}, "nn"),
+MMA = [({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 8, "MMA": 4, "A_SMEM": "mmajor"}, "nn"),
        ({"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "EDGE": "clamp"}, "tt"),
        ({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 16, "MMA": 16, "SPLIT_K": 2,
          "PREFETCH": 0}, "tn")]
@@ -254,3 +254,92 @@ def test_out_overlapping_an_operand_gives_numpys_result(params, alias, rng):
     k = build_kernel("matmul", params)
     k(dS, dT, out=out)
     np.testing.assert_array_equal(out.copy_to_host(), S.astype(np.float64) @ T)
+
+
+# TF32 tensor-core variants (precision tf32 and 3xtf32): the simulator rounds fragments as cvt.rna.tf32.f32 does and
+# sums 3xtf32's three products; checked by the family's own oracle, the exact integer case and the error of normal
+# data against twice the reference rounding's.
+TF32 = [({"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 16, "VEC": 4, "UNROLL_K": 8, "MMA": 8, "A_SMEM": "mmajor"}, "nn",
+         "3xtf32"),
+        ({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 8, "VEC": 1, "UNROLL_K": 4, "MMA": 4, "EDGE": "clamp"}, "tt",
+         "tf32"),
+        ({"BM": 32, "BN": 32, "TM": 4, "TN": 2, "BK": 16, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "ASYNC_STAGES": 3,
+          "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "tn", "3xtf32"),
+        ({"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 8, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "PREFETCH": 0,
+          "SPLIT_K": 2}, "nt", "tf32")]
+
+
+def check_with_oracle(kernel, problem, rng) -> list:
+    """What the family's oracle says of each verification case of ``problem`` (None where right)."""
+    from autotune.oracle import poison
+
+    impl = problem.impl
+    found = []
+    for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
+        out = cuda.to_device(np.full(problem.out_shape, poison(problem.dtype), problem.dtype))
+        kernel(*case.inputs, out=out)
+        found.append(impl.verify(problem, case, out.copy_to_host(), rng))
+    return found
+
+
+@pytest.mark.parametrize("params,layout,precision", TF32)
+def test_tf32_tensor_core_variants(params, layout, precision, rng):
+    from autotune.problem import Problem
+
+    k = build_kernel("matmul", params, "float32", layout=layout, precision=precision)
+    for shape in [(7, 13, 5), (37, 29, 41)] if precision == "tf32" else [(37, 29, 41)]:
+        problem = Problem("matmul", shape, "float32", {"layout": layout, "precision": precision})
+        assert check_with_oracle(k, problem, rng) == [None, None]
+
+
+def test_the_oracle_tells_tf32_from_3xtf32(rng):
+    """A tf32 kernel passes the exact integer case of a 3xtf32 problem and fails its error case; 3xtf32 and the
+    IEEE seed kernel pass a tf32 problem (more accuracy is never refused)."""
+    from autotune.problem import Problem
+
+    params = TF32[0][0]
+    shape = (17, 8, 24)
+    three = Problem("matmul", shape, "float32", {"precision": "3xtf32"})
+    tf32 = Problem("matmul", shape, "float32", {"precision": "tf32"})
+    exact, error = check_with_oracle(build_kernel("matmul", params, precision="tf32"), three, rng)
+    assert exact is None and "relative error" in error and "3xtf32 results" in error
+    assert check_with_oracle(build_kernel("matmul", params, precision="3xtf32"), tf32, rng) == [None, None]
+    assert check_with_oracle(build_kernel("matmul", {"strategy": "shared16"}), tf32, rng) == [None, None]
+
+
+def test_tf32_rounding_is_cvt_rna():
+    from autotune.families.matmul import tf32_round
+
+    one = 1.0
+    x = np.array([one, one + 2**-11, one + 2**-10 + 2**-11, -(one + 2**-11), one + 2**-11 - 2**-23, np.inf, -np.inf,
+                  np.nan, -0.0], np.float32)
+    want = [one, one + 2**-10, one + 2**-9, -(one + 2**-10), one, np.inf, -np.inf, np.nan, -0.0]
+    got = tf32_round(x)
+    np.testing.assert_array_equal(got, np.array(want, np.float32))
+    assert np.signbit(got[-1])
+
+
+@pytest.mark.parametrize("dtype,precision,params,message", [
+    ("float32", "ieee", {"MMA": 8, "TM": 2, "TN": 4}, "needs precision tf32 or 3xtf32"),
+    ("float32", "tf32", {"MMA": 0}, "precision tf32 runs on the tensor cores"),
+    ("float32", "3xtf32", {"MMA": 16, "TM": 2, "TN": 4, "UNROLL_K": 16, "BK": 16}, "m16n8k4 and m16n8k8 only"),
+])
+def test_precision_rules_of_the_space(dtype, precision, params, message):
+    base = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 1, "UNROLL_K": 8}
+    with pytest.raises(ValueError, match=message):
+        load_space("matmul").validate({**base, **params}, dtype=dtype, family={"layout": "nn", "precision": precision})
+
+
+def test_precision_is_float32s_and_keeps_ieee_keys():
+    from autotune.db import entry_record
+    from autotune.problem import Problem
+
+    with pytest.raises(ValueError, match="precision tf32 is for float32 matmul"):
+        Problem("matmul", (8, 8, 8), "float64", {"precision": "tf32"})
+    with pytest.raises(ValueError, match="precision 'fp16' is not one of ieee, 3xtf32, tf32"):
+        Problem("matmul", (8, 8, 8), "float32", {"precision": "fp16"})
+    ieee, three = (Problem("matmul", (8, 8, 8), "float32", {"layout": "tn", "precision": p}) for p in ("ieee", "3xtf32"))
+    assert ieee.key == "matmul/float32/tn/8x8x8" and three.key == "matmul/float32/tn/3xtf32/8x8x8"
+    assert "precision" not in entry_record(ieee, {}, time={})
+    assert entry_record(three, {}, time={})["precision"] == "3xtf32"
+    assert ieee.impl.bench_name(three) == "matmul-tn-3xtf32"

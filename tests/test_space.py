@@ -149,10 +149,12 @@ def test_malformed_user_space_files(tmp_path, body, message):
 WINNER_FP64 = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "VEC": 2, "MMA": 4, "UNROLL_K": 16}
 
 
-def test_tensor_core_variants_are_float64_only(matmul_space):
+def test_tensor_core_variants_are_float64_or_a_tf32_precision(matmul_space):
     assert matmul_space.validate(WINNER_FP64, dtype="float64", family={"layout": "nn"})["MMA"] == 4
-    with pytest.raises(ValueError, match="the mma.sync m16n8k4 used is float64's"):
-        matmul_space.validate(WINNER_FP64, dtype="float32", family={"layout": "nn"})
+    with pytest.raises(ValueError, match="MMA=4 on float32 needs precision tf32 or 3xtf32"):
+        matmul_space.validate(WINNER_FP64, dtype="float32", family={"layout": "nn", "precision": "ieee"})
+    tf32 = matmul_space.validate(WINNER_FP64, dtype="float32", family={"layout": "nn", "precision": "3xtf32"})
+    assert tf32["MMA"] == 4 and tf32["ASYNC_STAGES"] == 0
 
 
 @pytest.mark.parametrize("change, message", [

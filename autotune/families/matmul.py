@@ -1,9 +1,12 @@
 """The matmul family: C = A @ B for float32/float64, with A and/or B optionally stored transposed.
 
 ``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
-transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". Three templates render it: the seed kernels of
-the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on the CUDA cores and, with
-``MMA`` > 0, the fp64 tensor-core kernel (``mma.sync`` through inline PTX).
+transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". ``precision`` says how float32 products may be
+rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the TF32 tensor cores: each operand
+split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
+with TF32 enabled). Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
+shared16), the register-tiled kernel on the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel
+(``mma.sync`` through inline PTX: fp64, or TF32 for float32 at the tf32 precisions).
 """
 from __future__ import annotations
 
@@ -13,11 +16,14 @@ import numpy as np
 
 from ..constraints import MAX_STATIC_SHARED_BYTES, Predicate
 from ..family import Case, FamilyArg, KernelFamily
-from ..oracle import compare_exact, unwritten
+from ..oracle import compare_exact, compare_norm, relative_error, unwritten
 from ..resources import resource_dir, templates_dir
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
+PRECISIONS = ("ieee", "3xtf32", "tf32")
+MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile"}
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
+ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
 
 
 # -- geometry of a configuration --------------------------------------------------------------------
@@ -34,14 +40,33 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
-    return shared_stages(p) * (p["BM"] + p["BN"] + 2 * shared_pad(p)) * p["BK"] * itemsize
+    return shared_stages(p) * (a_tile_elements(p, itemsize) + p["BK"] * (p["BN"] + shared_pad(p, itemsize))) * itemsize
 
 
-def shared_pad(p: Mapping[str, Any]) -> int:
+def a_row_stride(p: Mapping[str, Any]) -> int:
+    """Elements between the rows of an m-major A tile (As[m][k]). With MMA a lane's fragment loads read 4
+    consecutive k from each of 8 rows: padded by 4 elements, those rows fall on distinct banks (a row of a
+    multiple of 32 words would put all 8 on the same 4)."""
+    return p["BK"] + (4 if p.get("MMA", 0) else 0)
+
+
+def a_tile_elements(p: Mapping[str, Any], itemsize: int) -> int:
+    """Elements of one shared A tile: BK rows of BM (plus pad) k-major, BM rows of a_row_stride m-major."""
+    if p.get("A_SMEM", "kmajor") == "mmajor":
+        return p["BM"] * a_row_stride(p)
+    return p["BK"] * (p["BM"] + shared_pad(p, itemsize))
+
+
+def shared_pad(p: Mapping[str, Any], itemsize: int) -> int:
     """Elements added to each k row of the shared tiles. With MMA the lanes of a fragment load read 8
-    consecutive elements from each of 4 k rows; rows 4 doubles (32 bytes) apart from a multiple of 128 bytes
-    fall on distinct banks, where unpadded ones would conflict 4 ways."""
-    return 4 if p.get("MMA", 0) else 0
+    consecutive elements from each of 4 k rows; rows 32 bytes (4 doubles, 8 floats) apart from a multiple of 128
+    bytes fall on distinct banks, where unpadded ones would conflict 4 ways."""
+    return 32 // itemsize if p.get("MMA", 0) else 0
+
+
+def mma_precision(dtype: str, args: Mapping[str, Any]) -> str:
+    """Which tensor-core products an MMA variant issues: fp64's for float64, else the precision's TF32 ones."""
+    return "fp64" if dtype == "float64" else args.get("precision", "ieee")
 
 
 def shared_stages(p: Mapping[str, Any]) -> int:
@@ -123,10 +148,16 @@ def _accumulator_bytes_at_most(p, ctx, max):
 
 def _mma_fits(p, ctx):
     k = p["MMA"]
+    precision = ctx.family.get("precision", "ieee")
     if not k:
+        if precision != "ieee":
+            return f"precision {precision} runs on the tensor cores: MMA must be 4 or 8, not 0"
         return None
-    if ctx.dtype != "float64":
-        return f"MMA={k}: the mma.sync m16n8k{k} used is float64's (fp64 tensor cores), not {ctx.dtype}'s"
+    if ctx.dtype == "float32" and precision == "ieee":
+        return (f"MMA={k} on float32 needs precision tf32 or 3xtf32 (the TF32 tensor cores); ieee float32 runs on "
+                f"the CUDA cores")
+    if ctx.dtype == "float32" and k == 16:
+        return "MMA=16: TF32 has mma.sync m16n8k4 and m16n8k8 only"
     if p["TM"] % 2 or p["TN"] % 2:
         return f"MMA={k}: TM={p['TM']} and TN={p['TN']} must be even (a lane holds 2 x 2 results of each mma)"
     if (p["BM"] // p["TM"]) % 8 or (p["BN"] // p["TN"]) % 4:
@@ -134,15 +165,16 @@ def _mma_fits(p, ctx):
                 f"{p['BN'] // p['TN']} thread grid")
     if p["UNROLL_K"] % k:
         return f"MMA={k} must divide UNROLL_K={p['UNROLL_K']} (whole mma steps per unrolled trip)"
-    if p["ASYNC_STAGES"]:
-        return (f"MMA={k} with ASYNC_STAGES={p['ASYNC_STAGES']}: mma variants fed by the cp.async pipeline faulted "
-                "now and then on the H200 (illegal address, cause not found)")
+    if p["ASYNC_STAGES"] and ctx.dtype == "float64":
+        return (f"MMA={k} with ASYNC_STAGES={p['ASYNC_STAGES']}: fp64 mma variants fed by the cp.async pipeline "
+                "faulted now and then on the H200 (illegal address, cause not found)")
     n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
-    registers, needed = min(255, 65536 // (n * blocks)), 2 * p["TM"] * p["TN"] + 64
+    words = ctx.itemsize // 4
+    registers, needed = min(255, 65536 // (n * blocks)), words * p["TM"] * p["TN"] + 64
     if registers < needed:
         return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
-                f"{p['TM'] * p['TN']} fp64 accumulators and the mma fragments need about {needed} (on the H200 such "
-                f"variants failed to compile or spilled and computed wrong results)")
+                f"{p['TM'] * p['TN']} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
+                f"H200 such fp64 variants failed to compile or spilled and computed wrong results)")
     return None
 
 
@@ -171,14 +203,17 @@ PREDICATES = {
 class MatmulFamily(KernelFamily):
     name = "matmul"
     summary = "C = A @ B"
-    args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),)
+    args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
+            FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
+                      "error on the TF32 tensor cores) or tf32 (TF32-rounded operands, as cuBLAS with TF32 on)",
+                      implicit=True))
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}
     suite = ("1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
              "8192x128x8192", "1000x1000x1000", "127x3000x511")
     dry_run_shapes = ("37x29x11",)
     predicates = PREDICATES
-    reference_peers = ("cuBLAS (cupy)", "cuBLAS (torch)")
+    reference_peers = ("cuBLAS (cupy)", "cuBLAS (torch)", "cuBLAS TF32 (torch)")
 
     def __init__(self):
         self.space_file = resource_dir("search_spaces") / "matmul.yaml"
@@ -188,12 +223,22 @@ class MatmulFamily(KernelFamily):
         if len(shape) != 3:
             raise ValueError(f"a matmul shape is M x N x K, got {'x'.join(map(str, shape))}")
 
+    def check_dtype(self, dtype, args) -> None:
+        if args["precision"] != "ieee" and dtype != "float32":
+            raise ValueError(f"precision {args['precision']} is for float32 matmul; {dtype} has ieee only")
+
     def work(self, problem) -> float:
         M, N, K = problem.shape
         return 2.0 * M * N * K
 
     def peak(self, device, dtype: str) -> float | None:
         return device.peak_tflops(dtype)
+
+    def peak_for(self, problem, device) -> float | None:
+        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores."""
+        if problem.family["precision"] != "ieee":
+            return device.peak_tflops("tf32")
+        return self.peak(device, problem.dtype)
 
     def out_shape(self, problem) -> tuple[int, ...]:
         return problem.shape[0], problem.shape[1]
@@ -217,12 +262,15 @@ class MatmulFamily(KernelFamily):
         threads = matmul_threads(params)
         vec = params["VEC"]
         mma = ctx["MMA"]
-        if mma:  # fragments are loaded from a k-major A tile; the thread arrangement is the mma's (template)
-            ctx["A_SMEM"] = "kmajor"
-        pad = shared_pad(params)
+        pad = shared_pad(params, np.dtype(dtype).itemsize)
+        precision = mma_precision(dtype, args)
         ctx.update(
+            MMA_PRECISION=precision,
+            MMA_TILE=MMA_TILES.get(precision, ""),
             MMA_SLOTS=mma // 2 + mma // 4,
             AS_LD=params["BM"] + pad,
+            AM_LD=a_row_stride(params),
+            A_SIZE=a_tile_elements(params, np.dtype(dtype).itemsize),
             BS_LD=params["BN"] + pad,
             THREADS=threads,
             ASYNC_STAGES=params.get("ASYNC_STAGES", 0),
@@ -268,12 +316,24 @@ class MatmulFamily(KernelFamily):
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
+        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact) and, at a
+        rounded precision, standard normal data whose error must stay within twice the error of the reference
+        reference on the same data (``error_bound``)."""
         M, N, K = problem.shape
         A, B = (a.astype(np.float64) for a in inputs)
-        return [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        if problem.family["precision"] != "ieee":
+            data = tuple(self.inputs(problem, rng, "time"))
+            rows = error_rows(problem.shape)
+            A, B = (a.astype(np.float64) for a in data)
+            expected = A[rows] @ B
+            cases.append(Case(data, expected, "error rows",
+                              error_bound(problem.family["precision"], data[0][rows], data[1], expected)))
+        return cases
 
     def verify(self, problem, case, got, rng) -> str | None:
-        """Exact on integer data: small problems elementwise, large ones by Freivalds' test.
+        """Exact on integer data: small problems elementwise, large ones by Freivalds' test; within the case's
+        tolerance (relative error, Frobenius norm, over ``error_rows``) on the normal data of a rounded precision.
 
         Freivalds: C v == A (B v) for random integer vectors v; every product and sum here is an integer far
         below 2**53, so float64 is exact and any wrong element makes the test fail with probability >= 1/2
@@ -282,6 +342,9 @@ class MatmulFamily(KernelFamily):
         if problem_text:
             return problem_text
         C = got.astype(np.float64)
+        if case.tolerance is not None:
+            return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
+                                what=f"{problem.family['precision']} results")
         if case.expected is not None:
             return compare_exact(C, case.expected)
         A, B = (a.astype(np.float64) for a in case.inputs)
@@ -299,7 +362,11 @@ class MatmulFamily(KernelFamily):
         return [("seed naive", {"strategy": "naive"}), ("seed shared16", {"strategy": "shared16"})]
 
     def default_params(self, problem) -> dict[str, Any]:
+        """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
+        at a TF32 precision, the tensor-core configuration that won 4096^3 on the H100 (smaller tiles likewise)."""
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
+        if problem.family["precision"] != "ieee":
+            params.update(BM=128, BN=128, BK=16, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16)
         if max(problem.shape[:2]) < 1024:
             params.update(BM=64, BN=64, BK=16, TM=4, TN=4)
         return params
@@ -330,20 +397,28 @@ class MatmulFamily(KernelFamily):
 
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
+        """cuBLAS through CuPy and PyTorch in IEEE fp32 (TF32 off), the accuracy of "ieee" and "3xtf32"; for "tf32",
+        PyTorch's with TF32 on (CuPy's is set by an environment variable read once, so it is left out)."""
         found = {}
+        tf32 = problem.family["precision"] == "tf32"
         try:
             import cupy
 
-            A, B = (cupy.asarray(a) for a in inputs)
-            found["cuBLAS (cupy)"] = lambda: A @ B
+            if not tf32:
+                A, B = (cupy.asarray(a) for a in inputs)
+                found["cuBLAS (cupy)"] = lambda: A @ B
         except ImportError:
             pass
         try:
             import torch
 
-            torch.backends.cuda.matmul.allow_tf32 = False
             tA, tB = (torch.as_tensor(a, device="cuda") for a in inputs)
-            found["cuBLAS (torch)"] = lambda: tA @ tB
+
+            def torch_matmul():
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                return tA @ tB
+
+            found["cuBLAS TF32 (torch)" if tf32 else "cuBLAS (torch)"] = torch_matmul
         except ImportError:
             pass
         return found
@@ -358,9 +433,10 @@ class MatmulFamily(KernelFamily):
         return [{"strategy": "naive"}, {"strategy": "shared16"}]
 
     def bench_name(self, problem) -> str:
-        layout = problem.family["layout"]
+        layout, precision = problem.family["layout"], problem.family["precision"]
         return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
-            ("" if problem.dtype == "float32" else f"-{problem.dtype}")
+            ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
+            ("" if precision == "ieee" else f"-{precision}")
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
@@ -378,6 +454,45 @@ def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: 
         if split and split > 1 and K >= 2 * start["BK"] * split and split not in found:
             found.append(split)
     return found
+
+
+def error_rows(shape: tuple[int, ...]) -> np.ndarray:
+    """The rows of C whose error a rounded precision's check measures: all, or up to ERROR_ROWS (fewer where N*K
+    is large, to bound the reference's cost) spread over M."""
+    M, N, K = shape
+    count = min(M, max(8, min(ERROR_ROWS, (1 << 31) // (N * K))))
+    return np.unique(np.linspace(0, M - 1, count).astype(np.int64))
+
+
+def tf32_round(x: np.ndarray) -> np.ndarray:
+    """float32 values rounded to TF32 as cvt.rna.tf32.f32 does: to 10 mantissa bits, ties away from zero (adding
+    half of the last kept bit to the magnitude's bits and clearing the 13 below); NaN and infinities kept."""
+    x = np.asarray(x, dtype=np.float32)
+    bits = x.view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(np.isfinite(x), rounded, x)
+
+
+def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
+    """A @ B (float32) as an ieee kernel without split-K computes it: each element one chain of fp32 FMAs over k
+    in order. The product of two float32 is exact in float64, so a float64 add rounded to float32 is the FMA
+    (but for rare double roundings)."""
+    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
+    for k in range(A.shape[1]):
+        acc = (acc + np.outer(A[:, k].astype(np.float64), B[k].astype(np.float64))).astype(np.float32)
+    return acc
+
+
+def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarray) -> float:
+    """The relative error a precision's results may have on A @ B: twice that of its reference on the same data.
+    3xtf32 promises fp32-level error: its reference is the ieee kernels' chain of fp32 FMAs (``fma_chain``); tf32
+    that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's. At least 2**-22, where the
+    reference happens to be nearly exact (K of 1 or 2)."""
+    error = relative_error(fma_chain(A, B), expected)
+    if precision == "tf32":
+        rounded = tf32_round(A).astype(np.float64) @ tf32_round(B).astype(np.float64)
+        error += relative_error(rounded, expected)
+    return max(2 * error, 2.0 ** -22)
 
 
 def reference(A: np.ndarray, B: np.ndarray) -> np.ndarray:
