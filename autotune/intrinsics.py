@@ -213,16 +213,19 @@ def _to_tf32(builder, x):
 
 
 def _tf32_split(builder, x) -> tuple:
-    """x = big + small (up to 2**-22 relative), both TF32: big = tf32(x), small = tf32(x - big)."""
+    """x = big + small: big = tf32(x) and small = x - big (exact in fp32), as the 32-bit registers mma takes. small
+    goes in unrounded: the tensor cores read a TF32 operand's top 19 bits, so its error stays under 2**-21 |x| and
+    unbiased (its sign is the rounding's), where rounding it too cost two more instructions per fragment value."""
     big = _to_tf32(builder, x)
     rest = builder.fsub(x, builder.bitcast(big, ir.FloatType()))
-    return big, _to_tf32(builder, rest)
+    return big, builder.bitcast(rest, ir.IntType(32))
 
 
 def _mma_step(precision: str):
     """How one m16n8k<k> step turns fragments into results for a precision: fp64 as they are; "tf32" one product of
-    the TF32-rounded fragments; "3xtf32" three, big*big + big*small + small*big of each fragment split into TF32
-    parts (the small products first), which leaves out only small*small: fp32-level error on the tensor cores."""
+    the TF32-rounded fragments; "3xtf32" three, big*big + big*small + small*big of each fragment split into a
+    TF32 part and the rest (the small products first), which leaves out only small*small: fp32-level error on
+    the tensor cores."""
     if precision == "fp64":
         return (lambda builder, x: x), lambda builder, k, a, b, c: _dmma(builder, k, a, b, c)
     if precision == "tf32":
@@ -428,6 +431,32 @@ def tile_of(typingctx, value, count):
 
 
 @intrinsic
+def gather(typingctx, arr, base, rows, row_stride, cols, col_stride):
+    """(arr[base + r * row_stride + c * col_stride] for r < rows for c < cols), the counts and strides constants:
+    a lane's mma fragments from a shared tile. One address is computed from base and the others are constant
+    offsets from it, which ptxas folds into the loads (LDS [R+imm]); indexing each element with its own uint32
+    expression cost two or three integer instructions per load."""
+    literals = (rows, row_stride, cols, col_stride)
+    if not all(isinstance(x, types.IntegerLiteral) for x in literals):
+        return None  # Numba then types the call again with the constants' literal types
+    n_rows, r_step, n_cols, c_step = (x.literal_value for x in literals)
+    if not isinstance(arr, types.Array) or not isinstance(base, types.Integer) or n_rows < 1 or n_cols < 1:
+        raise TypeError(f"gather reads an array at an integer base, got {arr} and {base}")
+    sig = types.UniTuple(arr.dtype, n_rows * n_cols)(arr, base, *literals)
+
+    def codegen(context, builder, sig, args):
+        index, wide = args[1], ir.IntType(64)
+        if sig.args[1].bitwidth < 64:
+            index = builder.sext(index, wide) if sig.args[1].signed else builder.zext(index, wide)
+        start = _element_pointer(context, builder, sig.args[0], args[0], index)
+        values = [builder.load(builder.gep(start, [ir.Constant(wide, r * r_step + c * c_step)], inbounds=True))
+                  for r in range(n_rows) for c in range(n_cols)]
+        return context.make_tuple(builder, sig.return_type, values)
+
+    return sig, codegen
+
+
+@intrinsic
 def tile_add(typingctx, a, b):
     """Two register tiles (tuples of one float type and length) added elementwise with fp32/fp64 adds."""
     if not (isinstance(a, types.UniTuple) and a == b and isinstance(a.dtype, types.Float)):
@@ -446,5 +475,5 @@ def tile_add(typingctx, a, b):
 
 __all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
            "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile",
-           "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of", "vload2",
-           "vload4", "vstore2", "vstore4"]
+           "gather", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of",
+           "vload2", "vload4", "vstore2", "vstore4"]

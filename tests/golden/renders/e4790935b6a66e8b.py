@@ -16,6 +16,15 @@ def tf32_sim(x):
 
 
 @cuda.jit(device=True)
+def tf32_trunc_sim(x):
+    if x != x or x - x != 0:
+        return x
+    m, e = math.frexp(x)
+    return float32(math.ldexp(math.trunc(m * 2048), e - 11))
+
+
+
+@cuda.jit(device=True)
 def dmma_sim(Ms, base, lane, a, b, c):
     # The simulator has no tensor cores and no shuffles: mma.sync emulated with a shared scratch where each lane
     # posts its fragments and reads the others' in the PTX ISA's layout (see compute_mma).
@@ -33,7 +42,7 @@ def dmma_sim(Ms, base, lane, a, b, c):
             a_value = Ms[base + ((row % 8) * 4 + k % 4) * 6 + row // 8 + 2 * (k // 4)]
             b_value = Ms[base + (col * 4 + k % 4) * 6 + len(a) + k // 4]
             a_big, b_big = tf32_sim(a_value), tf32_sim(b_value)
-            a_small, b_small = tf32_sim(a_value - a_big), tf32_sim(b_value - b_big)
+            a_small, b_small = tf32_trunc_sim(a_value - a_big), tf32_trunc_sim(b_value - b_big)
             d[e] += a_small * b_big + a_big * b_small + a_big * b_big
     cuda.syncthreads()
     return d[0], d[1], d[2], d[3]
