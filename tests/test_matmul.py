@@ -323,11 +323,14 @@ def test_tf32_rounding_is_cvt_rna():
     ("float32", "ieee", {"MMA": 8, "TM": 2, "TN": 4}, "needs precision tf32 or 3xtf32"),
     ("float32", "tf32", {"MMA": 0}, "precision tf32 runs on the tensor cores"),
     ("float32", "3xtf32", {"MMA": 16, "TM": 2, "TN": 4, "UNROLL_K": 16, "BK": 16}, "m16n8k4 and m16n8k8 only"),
+    ("float32", "3xtf32", {"MMA": 8, "BM": 128, "BN": 256, "TM": 8, "TN": 16}, "256 float32 accumulators"),
 ])
 def test_precision_rules_of_the_space(dtype, precision, params, message):
     base = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 1, "UNROLL_K": 8}
     with pytest.raises(ValueError, match=message):
         load_space("matmul").validate({**base, **params}, dtype=dtype, family={"layout": "nn", "precision": precision})
+    if precision == "3xtf32" and params.get("TN") == 16:  # one product per step keeps one tile: it fits
+        load_space("matmul").validate({**base, **params}, dtype=dtype, family={"layout": "nn", "precision": "tf32"})
 
 
 def test_precision_is_float32s_and_keeps_ieee_keys():

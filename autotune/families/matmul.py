@@ -169,11 +169,12 @@ def _mma_fits(p, ctx):
         return (f"MMA={k} with ASYNC_STAGES={p['ASYNC_STAGES']}: fp64 mma variants fed by the cp.async pipeline "
                 "faulted now and then on the H200 (illegal address, cause not found)")
     n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
-    words = ctx.itemsize // 4
-    registers, needed = min(255, 65536 // (n * blocks)), words * p["TM"] * p["TN"] + 64
+    tiles = 2 if precision == "3xtf32" else 1  # 3xtf32 sums each shared tile in a tile of its own
+    accumulators = tiles * p["TM"] * p["TN"]
+    registers, needed = min(255, 65536 // (n * blocks)), ctx.itemsize // 4 * accumulators + 64
     if registers < needed:
         return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
-                f"{p['TM'] * p['TN']} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
+                f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
                 f"H200 such fp64 variants failed to compile or spilled and computed wrong results)")
     return None
 
