@@ -1,5 +1,6 @@
 """Every parameter value compiles for sm_90 through the real compiler (nvJitLink, no GPU), and the compiler's
 register count shows each variant can launch."""
+import collections
 import json
 import os
 import re
@@ -106,6 +107,11 @@ def test_each_precision_issues_its_mma():
     assert counts["ieee"] == (0, 0), counts
     assert ptx["fp64"].count("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64") == counts["fp64"][0] > 0
     assert counts["fp64"][1] == 0
+    # Fragments come in gathers: 2 x 2 (A) and 2 x 2 (B) values at constant offsets from one address each (LLVM
+    # may fold two gathers onto one address).
+    loads = re.findall(r"ld\.shared\.f32\s+%f\d+, \[(%r[d]?\d+)(?:\+(\d+))?\]", ptx["tf32"])
+    bases = collections.Counter(base for base, _ in loads)
+    assert loads and min(bases.values()) >= 4, bases
 
 
 def ptx_sample(*names: str) -> dict[str, str]:

@@ -230,6 +230,19 @@ def test_matmul_empty_and_refused(rng):
         autotune.matmul(np.ones((3, 4), np.float32), np.ones((4, 2), np.float64))
     with pytest.raises(ValueError, match="scalar"):
         autotune.matmul(np.array(2, np.float32), np.ones((4, 2), np.float32))
+    with pytest.raises(ValueError, match="precision tf32 is for float32 matmul"):
+        autotune.matmul(np.ones((3, 0)), np.ones((0, 2)), precision="tf32")
+    with pytest.raises(ValueError, match="precision 'fp16' is not one of"):
+        autotune.matmul(np.ones((3, 4), np.float32), np.ones((4, 2), np.float32), precision="fp16")
+
+
+def test_matmul_at_a_tf32_precision(rng):
+    """precision reaches the lookup: an untuned shape gets the tensor-core default, whose simulated TF32 products
+    leave the error of TF32-rounded operands (not fp32's), and 3xtf32 stays at fp32's level."""
+    A, B = (rng.standard_normal(s).astype(np.float32) for s in ((9, 16), (16, 5)))
+    exact = A.astype(np.float64) @ B
+    errors = {p: np.abs(autotune.matmul(A, B, precision=p) - exact).max() for p in ("tf32", "3xtf32")}
+    assert 1e-5 < errors["tf32"] < 1e-2 and errors["3xtf32"] < 1e-5, errors
 
 
 class _ProtocolStream:

@@ -26,6 +26,7 @@ import numpy as np
 
 from .. import arrays, streams
 from ..streams import as_stream, stream_key
+from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
 
 __all__ = ["sum", "max", "min", "nanmax", "nanmin", "dot", "matmul"]
@@ -78,20 +79,23 @@ def dot(a, b, *, out=None, stream=None):
                      f"autotune.matmul for stacks of matrices)")
 
 
-def matmul(A, B, *, out=None, stream=None):
+def matmul(A, B, *, out=None, stream=None, precision: str = "ieee"):
     """``A @ B`` as ``np.matmul``: 2-D products, 1-D operands (a vector is a 1 x K row on the left, a K x 1
     column on the right, and that 1 is dropped from the result) and stacks of matrices, whose leading dimensions
-    broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one."""
-    return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B))
+    broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one. ``precision``
+    (float32 only): "ieee" fp32 products, "3xtf32" fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded
+    operands (see the matmul family)."""
+    return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B), precision)
 
 
-def _matmul(A, B, out, stream, host: bool):
+def _matmul(A, B, out, stream, host: bool, precision: str = "ieee"):
     launch_stream = as_stream(stream)
-    replay = _Replay(("matmul",), (A, B), out, launch_stream)
+    replay = _Replay(("matmul", precision), (A, B), out, launch_stream)
     if replay.done():
         return out
     dA, dB = _device(A, "A"), _device(B, "B")
     dtype = _same_dtype("matmul", "matmul", dA, dB)
+    matmul_family.check_dtype(dtype, matmul_family.family_args(precision=precision))  # even where no kernel runs
     if dA.ndim == 0 or dB.ndim == 0:
         raise ValueError("matmul: an operand is 0-d (a scalar); use multiplication")
     a2 = dA.reshape(1, dA.shape[0]) if dA.ndim == 1 else dA
@@ -114,7 +118,8 @@ def _matmul(A, B, out, stream, host: bool):
         calls = []
         for index in np.ndindex(*batch):
             a, b = _stacked(a2, index, batch), _stacked(b2, index, batch)
-            kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"))
+            kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"),
+                             precision=precision)
             calls.append((kernel, a, b, c3[index] if index else c3))
         for kernel, a, b, c in calls:
             _call(kernel, a, b, c, out, launch_stream)
