@@ -241,23 +241,6 @@ def _mma_step(precision: str):
     return _tf32_split, three
 
 
-@intrinsic
-def dmma_m16n8(typingctx, a, b, c):
-    """d0..d3 = one mma.sync m16n8k<k> of float64 fragments: a holds k/2 values of A, b k/4 of B and c the four
-    of C, each in the PTX ISA's fragment layout. k is 4, 8 or 16, read from the length of a."""
-    k = 2 * len(a)
-    if k not in (4, 8, 16) or len(b) != k // 4 or len(c) != 4:
-        raise TypeError(f"dmma_m16n8 wants (k/2, k/4, 4) float64 values for k in 4, 8, 16; got "
-                        f"({len(a)}, {len(b)}, {len(c)})")
-    sig = types.UniTuple(types.float64, 4)(a, b, c)
-
-    def codegen(context, builder, sig, args):
-        a_values, b_values, c_values = (_flat(builder, v, t) for v, t in zip(args, sig.args))
-        return context.make_tuple(builder, sig.return_type, _dmma(builder, k, a_values, b_values, c_values))
-
-    return sig, codegen
-
-
 MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8)}
 
 
@@ -474,6 +457,6 @@ def tile_add(typingctx, a, b):
 
 
 __all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
-           "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_m16n8", "dmma_tile",
+           "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_tile",
            "gather", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of",
            "vload2", "vload4", "vstore2", "vstore4"]
