@@ -11,6 +11,7 @@ SIMULATOR_SM_COUNT = 2
 FP64_RATE_DIVISOR = {(6, 0): 2, (7, 0): 2, (8, 0): 2, (9, 0): 2}
 FP64_TENSOR_FACTOR = {(8, 0): 2, (9, 0): 2}  # DMMA: A100 19.5 vs 9.7, H100 SXM 67 vs 33.5 TFLOP/s
 TF32_TENSOR_FLOP_PER_CLOCK = {(8, 0): 1024, (9, 0): 2048}  # per SM, dense: A100 156, H100 SXM 495 TFLOP/s
+FP16_TENSOR_FLOP_PER_CLOCK = {(8, 0): 2048, (9, 0): 4096}  # per SM, dense, fp32 accumulation: A100 312, H100 989
 
 
 @dataclass(frozen=True)
@@ -35,11 +36,12 @@ class DeviceInfo:
         """The fastest matmul rate the GPU offers without changing precision: fp32 on the CUDA cores (128 lanes
         per SM, two flops per FMA, at the boost clock); fp64 on its tensor cores where it has them (A100,
         H100/H200: twice the CUDA-core rate, which is half fp32's on the data-centre parts and 1/64 elsewhere);
-        "tf32": the TF32 tensor cores' dense rate (A100, H100/H200; None elsewhere)."""
+        "tf32" and "float16": the TF32 and fp16 tensor cores' dense rates (A100, H100/H200; None elsewhere)."""
         if not self.clock_khz:
             return None
-        if dtype == "tf32":  # the TF32 tensor cores (dense), where their rate is known
-            flop = TF32_TENSOR_FLOP_PER_CLOCK.get(self.cc)
+        tensor = {"tf32": TF32_TENSOR_FLOP_PER_CLOCK, "float16": FP16_TENSOR_FLOP_PER_CLOCK}
+        if dtype in tensor:  # the tensor cores (dense), where their rate is known
+            flop = tensor[dtype].get(self.cc)
             return self.sm_count * flop * self.clock_khz * 1e3 / 1e12 if flop else None
         lanes = 128
         if dtype == "float64":

@@ -205,6 +205,17 @@ def _tf32_mma(builder, k: int, a: list, b: list, c: list) -> list:
     return [builder.extract_value(out, i) for i in range(4)]
 
 
+def _f16_mma(builder, k: int, a: list, b: list, c: list) -> list:
+    """One mma.sync m16n8k16 of float16 fragments (32-bit registers of two halves each, see ldmatrix) with
+    float32 accumulators: four registers of A, two of B, in the PTX ISA's layout for .f16."""
+    word, single = ir.IntType(32), ir.FloatType()
+    fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
+    text = _mma_text(k, "f32.f16.f16.f32", (k // 4, k // 8))
+    constraints = ",".join(["=f"] * 4 + ["r"] * (len(a) + len(b)) + ["f"] * 4)
+    out = builder.call(ir.InlineAsm(fnty, text, constraints), [*a, *b, *c])
+    return [builder.extract_value(out, i) for i in range(4)]
+
+
 def _to_tf32(builder, x):
     """x (float32) rounded to TF32 (10 mantissa bits, to nearest, ties away from zero: cvt.rna), as the 32-bit
     register an mma operand takes."""
@@ -228,6 +239,8 @@ def _mma_step(precision: str):
     the tensor cores."""
     if precision == "fp64":
         return (lambda builder, x: x), lambda builder, k, a, b, c: _dmma(builder, k, a, b, c)
+    if precision == "fp16":
+        return (lambda builder, x: x), lambda builder, k, a, b, c: _f16_mma(builder, k, a, b, c)
     if precision == "tf32":
         return _to_tf32, lambda builder, k, a, b, c: _tf32_mma(builder, k, a, b, c)
 
@@ -241,13 +254,15 @@ def _mma_step(precision: str):
     return _tf32_split, three
 
 
-MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8)}
+MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8), "fp16": (16,)}
 
 
 def _make_mma_tile(precision: str):
-    """The tile intrinsic of a precision (see dmma_tile): fp64 on float64 tiles; tf32 and 3xtf32 on float32."""
+    """The tile intrinsic of a precision (see dmma_tile): fp64 on float64 tiles; tf32 and 3xtf32 on float32; fp16
+    on float32 accumulators and fragments of two halves per 32-bit word (``ldmatrix``)."""
     element = types.float64 if precision == "fp64" else types.float32
     ks = MMA_KS[precision]
+    per_word = 2 if precision == "fp16" else 1  # fragment elements per 32-bit operand register
     prepare, step = _mma_step(precision)
 
     @intrinsic
@@ -255,7 +270,7 @@ def _make_mma_tile(precision: str):
         if not isinstance(k, types.IntegerLiteral):
             return None  # Numba then types the call again with the constant's literal type
         steps = k.literal_value
-        q = steps // 4
+        q = steps // (4 * per_word)  # a lane's operand registers per row (column) of 8
         if steps not in ks or not isinstance(acc, types.UniTuple) or acc.dtype != element or len(fa) % q \
                 or len(fb) % q:
             raise TypeError(f"{precision} mma tile wants a {element} accumulator tuple and fragments for k in "
@@ -274,7 +289,7 @@ def _make_mma_tile(precision: str):
             result = args[0]
             for mi in range(tm // 2):
                 for nj in range(half_tn):
-                    a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(steps // 2)]
+                    a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(2 * q)]
                     b = [b_values[nj * q + y] for y in range(q)]
                     slots = [tile_slot(tm * tn, 2 * mi + i, 2 * nj + j, tn) for i in (0, 1) for j in (0, 1)]
                     d = step(builder, steps, a, b, [builder.extract_value(result, s) for s in slots])
@@ -292,12 +307,14 @@ _MMA_TILE_DOC = """One k-deep step of a warp's {precision} tensor-core tile ({el
     m16n8k<k> (sm_80+; k in {ks}), each on a 16 x 8 piece whose results are tile rows 2mi, 2mi+1 and columns 2nj,
     2nj+1 of acc (TM x TN, at ``tile_slot``). fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row
     wr + 8i, k = tig + 4q), fb its B fragments (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k must be a
-    constant. One call replaces a statement per mma, whose typing and lowering Numba's front end spends its time
+    constant. fp16's fragments are words of two halves, k and k + 1: fa[i * 2 + q] at k = 2 tig + 8q, fb likewise
+    (as ``ldmatrix`` loads them). One call replaces a statement per mma, whose typing and lowering Numba's front end spends its time
     on."""
 
 dmma_tile = _make_mma_tile("fp64")
 tf32_tile = _make_mma_tile("tf32")
 tf32x3_tile = _make_mma_tile("3xtf32")
+f16_tile = _make_mma_tile("fp16")
 
 
 def _atomic_minmax_codegen(is_max: bool):
@@ -440,6 +457,37 @@ def gather(typingctx, arr, base, rows, row_stride, cols, col_stride):
 
 
 @intrinsic
+def ldmatrix(typingctx, arr, base, count, stride, trans):
+    """``count`` ldmatrix.sync.aligned.m8n8.x4 (with ``trans``: .trans) of a float16 shared array, the k-th at
+    arr[base + k * stride]: 4 * count 32-bit words, the four of each load in order. Each lane gives the address of
+    one 16-byte row (lanes 8j to 8j + 7 the rows of matrix j) and receives, per matrix, the pair at row lane / 4,
+    columns 2 (lane % 4) and + 1 (.trans: column lane / 4, rows 2 (lane % 4) and + 1): mma's fragment layout, in
+    one instruction instead of one load per word. base must be 16-byte aligned in every lane; count, stride and
+    trans are constants."""
+    literals = (count, stride, trans)
+    if not all(isinstance(x, (types.IntegerLiteral, types.BooleanLiteral)) for x in literals):
+        return None  # Numba then types the call again with the constants' literal types
+    n, step, transposed = (x.literal_value for x in literals)
+    if not isinstance(arr, types.Array) or arr.dtype != types.float16 or not isinstance(base, types.Integer) or n < 1:
+        raise TypeError(f"ldmatrix reads a float16 shared array at an integer base, got {arr} and {base}")
+    sig = types.UniTuple(types.uint32, 4 * n)(arr, base, *literals)
+
+    def codegen(context, builder, sig, args):
+        word = ir.IntType(32)
+        fnty = ir.FunctionType(ir.LiteralStructType([word] * 4), [word])
+        text = f"ldmatrix.sync.aligned.m8n8.x4{'.trans' if transposed else ''}.shared.b16 {{$0, $1, $2, $3}}, [$4];"
+        asm = ir.InlineAsm(fnty, text, "=r,=r,=r,=r,r,~{memory}", side_effect=True)
+        values = []
+        for k in range(n):
+            index = builder.add(args[1], ir.Constant(args[1].type, k * step))
+            out = builder.call(asm, [_shared_address(context, builder, sig.args[0], args[0], index)])
+            values += [builder.extract_value(out, j) for j in range(4)]
+        return context.make_tuple(builder, sig.return_type, values)
+
+    return sig, codegen
+
+
+@intrinsic
 def tile_add(typingctx, a, b):
     """Two register tiles (tuples of one float type and length) added elementwise with fp32/fp64 adds."""
     if not (isinstance(a, types.UniTuple) and a == b and isinstance(a.dtype, types.Float)):
@@ -458,5 +506,5 @@ def tile_add(typingctx, a, b):
 
 __all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
            "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_tile",
-           "gather", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of",
+           "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of",
            "vload2", "vload4", "vstore2", "vstore4"]

@@ -31,6 +31,7 @@ def environment(folder: str) -> jinja2.Environment:
 
 IMPORTS_MARK = "# autotune: imports"
 NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint32")
+NUMBA_TYPES = ("float16",)  # scalar types the top-level numba module does not export
 
 
 def render(family, template: str, context: Mapping[str, Any]) -> str:
@@ -53,6 +54,9 @@ def fill_imports(source: str) -> str:
     numba = [n for n in NUMBA_NAMES if n in used]
     if numba:
         lines.append(f"from numba import {', '.join(numba)}")
+    types = [n for n in NUMBA_TYPES if n in used]
+    if types:
+        lines.append(f"from numba.types import {', '.join(types)}")
     ours = sorted(n for n in used if n in intrinsics.__all__)
     if ours:
         lines += _wrapped("from autotune.intrinsics import ", ours)

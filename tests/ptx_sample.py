@@ -25,7 +25,11 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
             "3xtf32": ("matmul", "float32", {**MMA, "MMA": 8}, {"precision": "3xtf32"}),
             "tf32_k4": ("matmul", "float32", {**MMA, "MMA": 4}, {"precision": "tf32"}),
             "ieee": ("matmul", "float32", MMA, {}),
-            "fp64": ("matmul", "float64", {**MMA, "VEC": 2, "MMA": 8}, {})}
+            "fp64": ("matmul", "float64", {**MMA, "VEC": 2, "MMA": 8}, {}),
+            "fp16": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "A_SMEM": "mmajor", "ASYNC_STAGES": 2},
+                     {}),
+            "fp16_kmajor": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "SPLIT_K": 2,
+                                                  "SPLIT_ADD": "last_block"}, {})}
 
 
 def main():

@@ -114,6 +114,24 @@ def test_each_precision_issues_its_mma():
     assert loads and min(bases.values()) >= 4, bases
 
 
+def test_float16_issues_its_mma_on_ldmatrix_fragments():
+    """float16 issues m16n8k16 with f16 operands and fp32 accumulators, nothing rounded to TF32; its fragments come
+    from ldmatrix, one x4 per 16 x 16 piece of A (.trans from a k-major tile) and per two n8 pieces of B (.trans),
+    with no other shared loads; split-K partials are float32 (the workspace is read as v4.f32) and C is stored as
+    float16, converted once (cvt.rn.f16.f32)."""
+    ptx = ptx_sample("fp16", "fp16_kmajor")
+    f16_mma = "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"
+    x4, x4_trans = "ldmatrix.sync.aligned.m8n8.x4.shared.b16", "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"
+    for name, text in ptx.items():
+        assert text.count("mma.sync") == text.count(f16_mma) == 2, name  # TM 2 x TN 4: one 16 x 16 piece, two n8
+        assert not re.search(r"ld\.shared\.", text), name
+        assert "tf32" not in text and "cvt.rn.f16.f32" in text and "st.global.u16" in text, name
+    mmajor, kmajor = ptx["fp16"], ptx["fp16_kmajor"]
+    assert mmajor.count(x4) == 1 and mmajor.count(x4_trans) == 1
+    assert kmajor.count(x4) == 0 and kmajor.count(x4_trans) == 2
+    assert "ld.global.v4.f32" in kmajor and "ld.global.v4.f32" not in mmajor
+
+
 def ptx_sample(*names: str) -> dict[str, str]:
     """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
     proc = run_compiler_script("ptx_sample.py", *names, timeout=300)

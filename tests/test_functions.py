@@ -245,6 +245,19 @@ def test_matmul_at_a_tf32_precision(rng):
     assert 1e-5 < errors["tf32"] < 1e-2 and errors["3xtf32"] < 1e-5, errors
 
 
+def test_matmul_of_float16_is_numpys(rng):
+    """float16 in, float16 out (NumPy's result type), summed in float32 on the tensor-core default of an untuned
+    shape: integer data give the float16 nearest the exact sums, past 2048 where float16 stops counting by ones
+    (K = 48 products of 49 to 64)."""
+    A = (rng.integers(7, 9, size=(9, 48))).astype(np.float16)
+    B = (rng.integers(7, 9, size=(48, 6))).astype(np.float16)
+    got = autotune.matmul(A, B)
+    assert got.dtype == np.float16 and got.shape == (9, 6)
+    exact = A.astype(np.float64) @ B
+    assert exact.max() > 2048
+    np.testing.assert_array_equal(got, exact.astype(np.float16))
+
+
 class _ProtocolStream:
     def __init__(self, handle):
         self.handle = handle

@@ -319,7 +319,57 @@ def test_tf32_rounding_is_cvt_rna():
     assert np.signbit(got[-1])
 
 
+# float16 on the tensor cores: mma.sync m16n8k16 with float32 accumulators, the result rounded once to float16
+# (NumPy's float16 matmul). Each A_SMEM, cp.async (VEC 1: plain copies, cp.async has no 2-byte form), split-K,
+# clamped edges and every layout, through the family's oracle: integer data exact in the float16 rounding of the
+# true sums, and normal data within twice the error of a float32 FMA chain rounded to float16.
+F16_MMA = {"MMA": 16, "UNROLL_K": 16, "BK": 16}
+F16 = [({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "mmajor", "ASYNC_STAGES": 2}, "nn"),
+       ({**F16_MMA, "BM": 16, "BN": 32, "BK": 32, "TM": 2, "TN": 8, "VEC": 2, "EDGE": "clamp", "SPLIT_K": 2,
+         "SPLIT_ADD": "last_block"}, "tn"),
+       ({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 1, "ASYNC_STAGES": 3}, "nt"),
+       ({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "mmajor", "PREFETCH": 0}, "tt")]
+
+
+@pytest.mark.parametrize("params,layout", F16)
+def test_float16_tensor_core_variants(params, layout, rng):
+    from autotune.problem import Problem
+
+    k = build_kernel("matmul", params, "float16", layout=layout)
+    for shape in [(37, 29, 41), (17, 19, 1)]:
+        problem = Problem("matmul", shape, "float16", {"layout": layout})
+        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+
+
+def test_the_float16_oracle_refuses_float16_sums(rng):
+    """Sums kept in float16 pass the integer case (its sums stay exact below 2048) but not the normal data's error
+    bound; the float32 chain rounded to float16, which the bound is twice of, passes; so does a seed kernel."""
+    from autotune.families.matmul import fma_chain
+    from autotune.problem import Problem
+
+    problem = Problem("matmul", (64, 48, 512), "float16")
+    impl = problem.impl
+    exact, normal = impl.verification(problem, impl.inputs(problem, rng, "check"), rng)
+    A, B = normal.inputs
+    half_sums = np.zeros((A.shape[0], B.shape[1]), np.float16)
+    for k in range(A.shape[1]):
+        half_sums = (half_sums + np.outer(A[:, k], B[k]).astype(np.float16)).astype(np.float16)
+    assert "float16 results" in impl.verify(problem, normal, half_sums, rng)
+    assert impl.verify(problem, normal, fma_chain(A, B).astype(np.float16), rng) is None
+    A, B = exact.inputs
+    assert impl.verify(problem, exact, (A.astype(np.float64) @ B).astype(np.float16), rng) is None
+    wrong = (A.astype(np.float64) @ B).astype(np.float16)
+    wrong[5, 7] += 1
+    assert "rows of C" in impl.verify(problem, exact, wrong, rng)
+    small = Problem("matmul", (37, 29, 41), "float16", {"layout": "tn"})
+    assert check_with_oracle(build_kernel("matmul", {"strategy": "shared16"}, "float16", layout="tn"), small,
+                             rng) == [None, None]
+
+
 @pytest.mark.parametrize("dtype,precision,params,message", [
+    ("float16", "ieee", {"MMA": 0}, "tiled float16 runs on the tensor cores"),
+    ("float16", "ieee", {"MMA": 8, "TM": 2, "TN": 4}, "tiled float16 runs on the tensor cores"),
+    ("float16", "ieee", {**F16_MMA, "TM": 2, "TN": 4, "SPLIT_K": 2}, "float16 results are rounded once"),
     ("float32", "ieee", {"MMA": 8, "TM": 2, "TN": 4}, "needs precision tf32 or 3xtf32"),
     ("float32", "tf32", {"MMA": 0}, "precision tf32 runs on the tensor cores"),
     ("float32", "3xtf32", {"MMA": 16, "TM": 2, "TN": 4, "UNROLL_K": 16, "BK": 16}, "m16n8k4 and m16n8k8 only"),

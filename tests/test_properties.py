@@ -138,6 +138,32 @@ def test_matmul_equals_numpy(data, layout, dtype, aliased):
     assert_like_numpy(out.copy_to_host(), expected, abs_sum, K, dtype, exact=False)
 
 
+F16_VARIANTS = [{"strategy": "naive"},
+                {"BM": 16, "BN": 16, "BK": 16, "TM": 2, "TN": 4, "VEC": 2, "MMA": 16, "UNROLL_K": 16, "EDGE": "clamp"},
+                {"BM": 16, "BN": 32, "BK": 16, "TM": 2, "TN": 8, "VEC": 4, "MMA": 16, "UNROLL_K": 16, "SPLIT_K": 2,
+                 "SPLIT_ADD": "last_block", "A_SMEM": "mmajor"}]
+
+
+@settings(PROPERTY, max_examples=20)
+@given(data=st.data(), layout=st.sampled_from(["nn", "tn", "nt", "tt"]))
+def test_float16_matmul_equals_numpy(data, layout):
+    """float16 as NumPy's: the float64 product rounded to float16, NaN and infinities where NumPy has them (inf
+    inputs; 37 products of at most 40 * 40 stay below float16's 65504), finite results within the float32 sum's
+    error plus the rounding."""
+    M, N, K = (data.draw(st.sampled_from(EXTENTS[1:])) for _ in range(3))
+    A, B = (data.draw(arrays(shape, "float16", 40.0)) for shape in ((M, K), (K, N)))  # no finite sum overflows
+    params = data.draw(st.sampled_from(F16_VARIANTS))
+    kernel = build_kernel("matmul", params, "float16", layout=layout)
+    out = cuda.to_device(np.full((M, N), np.nan, np.float16))
+    kernel(*(np.asfortranarray(x) if t == "t" else x for x, t in zip((A, B), layout)), out=out)
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    with np.errstate(all="ignore"):
+        expected = (A64 @ B64).astype(np.float16)
+        abs_sum = np.abs(A64) @ np.abs(B64)
+    got = out.copy_to_host()
+    assert_like_numpy(got, expected, abs_sum, K, "float16", exact=False)
+
+
 def test_an_empty_matmul_is_refused_clearly():
     kernel = build_kernel("matmul", {"strategy": "naive"})
     with pytest.raises(ValueError, match="M, N, K >= 1"):

@@ -1,12 +1,14 @@
-"""The matmul family: C = A @ B for float32/float64, with A and/or B optionally stored transposed.
+"""The matmul family: C = A @ B for float32, float64 and float16, with A and/or B optionally stored transposed.
 
 ``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
 transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". ``precision`` says how float32 products may be
 rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the TF32 tensor cores: each operand
 split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
-with TF32 enabled). Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
+with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
+``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute); tiled float16 variants run on the
+tensor cores. Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
 shared16), the register-tiled kernel on the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel
-(``mma.sync`` through inline PTX: fp64, or TF32 for float32 at the tf32 precisions).
+(``mma.sync`` through inline PTX: fp64, TF32 for float32 at the tf32 precisions, fp16 for float16).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from ..resources import resource_dir, templates_dir
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
-MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile"}
+MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile"}
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
 
@@ -43,30 +45,40 @@ def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     return shared_stages(p) * (a_tile_elements(p, itemsize) + p["BK"] * (p["BN"] + shared_pad(p, itemsize))) * itemsize
 
 
-def a_row_stride(p: Mapping[str, Any]) -> int:
-    """Elements between the rows of an m-major A tile (As[m][k]). With MMA a lane's fragment loads read 4
-    consecutive k from each of 8 rows: padded by 4 elements, those rows fall on distinct banks (a row of a
-    multiple of 32 words would put all 8 on the same 4)."""
-    return p["BK"] + (4 if p.get("MMA", 0) else 0)
+def a_row_stride(p: Mapping[str, Any], itemsize: int) -> int:
+    """Elements between the rows of an m-major A tile (As[m][k]). With MMA the lanes of a fragment load read 16
+    bytes from each of 8 rows (4 k; float16's ldmatrix 8): padded by 16 bytes, those rows fall on distinct banks
+    (a row of a multiple of 32 words would put all 8 on the same 4)."""
+    return p["BK"] + ((8 if itemsize == 2 else 4) if p.get("MMA", 0) else 0)
 
 
 def a_tile_elements(p: Mapping[str, Any], itemsize: int) -> int:
     """Elements of one shared A tile: BK rows of BM (plus pad) k-major, BM rows of a_row_stride m-major."""
     if p.get("A_SMEM", "kmajor") == "mmajor":
-        return p["BM"] * a_row_stride(p)
+        return p["BM"] * a_row_stride(p, itemsize)
     return p["BK"] * (p["BM"] + shared_pad(p, itemsize))
 
 
 def shared_pad(p: Mapping[str, Any], itemsize: int) -> int:
     """Elements added to each k row of the shared tiles. With MMA the lanes of a fragment load read 8
     consecutive elements from each of 4 k rows; rows 32 bytes (4 doubles, 8 floats) apart from a multiple of 128
-    bytes fall on distinct banks, where unpadded ones would conflict 4 ways."""
-    return 32 // itemsize if p.get("MMA", 0) else 0
+    bytes fall on distinct banks, where unpadded ones would conflict 4 ways. float16's ldmatrix reads 16 bytes from
+    each of 8 rows: rows 16 bytes apart from a multiple of 128."""
+    if not p.get("MMA", 0):
+        return 0
+    return 8 if itemsize == 2 else 32 // itemsize
 
 
 def mma_precision(dtype: str, args: Mapping[str, Any]) -> str:
-    """Which tensor-core products an MMA variant issues: fp64's for float64, else the precision's TF32 ones."""
-    return "fp64" if dtype == "float64" else args.get("precision", "ieee")
+    """Which tensor-core products an MMA variant issues: fp64's for float64, fp16's for float16, else the
+    precision's TF32 ones."""
+    return {"float64": "fp64", "float16": "fp16"}.get(dtype) or args.get("precision", "ieee")
+
+
+def accumulator_dtype(dtype: str) -> str:
+    """What a variant sums in (its accumulators, split-K workspace): float16's products in float32, as NumPy
+    does; the others in their own type."""
+    return "float32" if dtype == "float16" else dtype
 
 
 def shared_stages(p: Mapping[str, Any]) -> int:
@@ -140,7 +152,7 @@ def _accumulators_at_most(p, ctx, max):
 
 
 def _accumulator_bytes_at_most(p, ctx, max):
-    n = p["TM"] * p["TN"] * ctx.itemsize
+    n = p["TM"] * p["TN"] * np.dtype(accumulator_dtype(ctx.dtype)).itemsize
     if n > max:
         return f"TM*TN = {p['TM'] * p['TN']} {ctx.dtype} accumulators are {n} bytes per thread, over {max}"
     return None
@@ -149,6 +161,10 @@ def _accumulator_bytes_at_most(p, ctx, max):
 def _mma_fits(p, ctx):
     k = p["MMA"]
     precision = ctx.family.get("precision", "ieee")
+    if ctx.dtype == "float16" and k != 16:
+        return f"MMA={k}: tiled float16 runs on the tensor cores, mma.sync m16n8k16 (MMA=16)"
+    if ctx.dtype == "float16" and p["TN"] % 4:
+        return f"MMA=16: float16 needs TN={p['TN']} to be a multiple of 4 (one ldmatrix.x4 loads two n8 pieces of B)"
     if not k:
         if precision != "ieee":
             return f"precision {precision} runs on the tensor cores: MMA must be 4 or 8, not 0"
@@ -171,7 +187,8 @@ def _mma_fits(p, ctx):
     n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
     tiles = 2 if precision == "3xtf32" else 1  # 3xtf32 sums each shared tile in a tile of its own
     accumulators = tiles * p["TM"] * p["TN"]
-    registers, needed = min(255, 65536 // (n * blocks)), ctx.itemsize // 4 * accumulators + 64
+    words = np.dtype(accumulator_dtype(ctx.dtype)).itemsize // 4
+    registers, needed = min(255, 65536 // (n * blocks)), words * accumulators + 64
     if registers < needed:
         return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
                 f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
@@ -180,6 +197,8 @@ def _mma_fits(p, ctx):
 
 
 def _split_add_fits(p, ctx):
+    if ctx.dtype == "float16" and split_add(p) == "atomic":
+        return "SPLIT_ADD=atomic: float16 results are rounded once, from the float32 sum: use last_block"
     if p["SPLIT_ADD"] != "vector":
         return None
     if ctx.dtype != "float32":
@@ -194,7 +213,7 @@ PREDICATES = {
     "warp_grid_fits": Predicate(_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
     "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
-    "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "VEC", "TN"})),
+    "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
                                                 "ASYNC_STAGES"})),
 }
@@ -204,6 +223,7 @@ PREDICATES = {
 class MatmulFamily(KernelFamily):
     name = "matmul"
     summary = "C = A @ B"
+    dtypes = ("float32", "float64", "float16")
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
             FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
                       "error on the TF32 tensor cores) or tf32 (TF32-rounded operands, as cuBLAS with TF32 on)",
@@ -236,7 +256,8 @@ class MatmulFamily(KernelFamily):
         return device.peak_tflops(dtype)
 
     def peak_for(self, problem, device) -> float | None:
-        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores."""
+        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores; float16 on the
+        fp16 ones."""
         if problem.family["precision"] != "ieee":
             return device.peak_tflops("tf32")
         return self.peak(device, problem.dtype)
@@ -254,7 +275,11 @@ class MatmulFamily(KernelFamily):
 
     def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
         layout = args["layout"]
-        ctx: dict[str, Any] = {**params, "dtype": dtype, "SIM": simulator, "TRANS_A": layout[0] == "t",
+        # ZERO is the accumulators' zero; EL0 an element's (a float16 global constant is invalid NVVM IR in
+        # numba-cuda 0.30, so float16's is written in place).
+        acc = accumulator_dtype(dtype)
+        ctx: dict[str, Any] = {**params, "dtype": dtype, "ACC": acc, "EL0": "ZERO" if acc == dtype else f"{dtype}(0)",
+                               "SIM": simulator, "TRANS_A": layout[0] == "t",
                                "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
                                "ARGS": kernel_args(params),
                                "description": f"matmul {layout} {dtype} {dict(params)}"}
@@ -263,20 +288,21 @@ class MatmulFamily(KernelFamily):
         threads = matmul_threads(params)
         vec = params["VEC"]
         mma = ctx["MMA"]
-        pad = shared_pad(params, np.dtype(dtype).itemsize)
+        itemsize = np.dtype(dtype).itemsize
+        pad = shared_pad(params, itemsize)
         precision = mma_precision(dtype, args)
         ctx.update(
             MMA_PRECISION=precision,
             MMA_TILE=MMA_TILES.get(precision, ""),
             MMA_SLOTS=mma // 2 + mma // 4,
             AS_LD=params["BM"] + pad,
-            AM_LD=a_row_stride(params),
-            A_SIZE=a_tile_elements(params, np.dtype(dtype).itemsize),
+            AM_LD=a_row_stride(params, itemsize),
+            A_SIZE=a_tile_elements(params, itemsize),
             BS_LD=params["BN"] + pad,
             THREADS=threads,
             ASYNC_STAGES=params.get("ASYNC_STAGES", 0),
             STAGES=shared_stages(params),
-            ITEMSIZE=np.dtype(dtype).itemsize,
+            ITEMSIZE=itemsize,
             DYNAMIC_SHARED=dynamic_shared_bytes(params, dtype) > 0,
             LOADS_A=params["BM"] * params["BK"] // (threads * vec),
             LOADS_B=params["BK"] * params["BN"] // (threads * vec),
@@ -284,7 +310,7 @@ class MatmulFamily(KernelFamily):
             VB=_vector_width(vec, params["TN"]),
             VC=_vector_width(vec, 2 if mma else params["TN"]),
             SPLIT_ADD=split_add(params),
-            PARTIAL_VEC=_vector_width(16 // np.dtype(dtype).itemsize, params["TM"] * params["TN"]),
+            PARTIAL_VEC=_vector_width(16 // np.dtype(ctx["ACC"]).itemsize, params["TM"] * params["TN"]),
         )
         return ctx
 
@@ -317,19 +343,24 @@ class MatmulFamily(KernelFamily):
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
-        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact) and, at a
-        rounded precision, standard normal data whose error must stay within twice the error of the reference
-        reference on the same data (``error_bound``)."""
+        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact; float16's
+        results are the exact sums rounded to float16, checked over ``error_rows``) and, at a rounded precision
+        and for float16, standard normal data whose error must stay within twice the error of the reference on
+        the same data (``error_bound``)."""
         M, N, K = problem.shape
         A, B = (a.astype(np.float64) for a in inputs)
-        cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
-        if problem.family["precision"] != "ieee":
+        precision = "fp16" if problem.dtype == "float16" else problem.family["precision"]
+        if precision == "fp16":
+            rows = error_rows(problem.shape)
+            cases = [Case(tuple(inputs), (A[rows] @ B).astype(np.float16).astype(np.float64), "exact rows")]
+        else:
+            cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        if precision != "ieee":
             data = tuple(self.inputs(problem, rng, "time"))
             rows = error_rows(problem.shape)
             A, B = (a.astype(np.float64) for a in data)
             expected = A[rows] @ B
-            cases.append(Case(data, expected, "error rows",
-                              error_bound(problem.family["precision"], data[0][rows], data[1], expected)))
+            cases.append(Case(data, expected, "error rows", error_bound(precision, data[0][rows], data[1], expected)))
         return cases
 
     def verify(self, problem, case, got, rng) -> str | None:
@@ -344,8 +375,11 @@ class MatmulFamily(KernelFamily):
             return problem_text
         C = got.astype(np.float64)
         if case.tolerance is not None:
+            precision = "float16" if problem.dtype == "float16" else problem.family["precision"]
             return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
-                                what=f"{problem.family['precision']} results")
+                                what=f"{precision} results")
+        if case.what == "exact rows":
+            return compare_exact(C[error_rows(problem.shape)], case.expected, what="rows of C")
         if case.expected is not None:
             return compare_exact(C, case.expected)
         A, B = (a.astype(np.float64) for a in case.inputs)
@@ -365,10 +399,13 @@ class MatmulFamily(KernelFamily):
     def default_params(self, problem) -> dict[str, Any]:
         """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
         at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
-        (smaller tiles likewise)."""
+        (smaller tiles likewise); for float16 its tensor-core counterpart, fed through cp.async."""
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
         if problem.family["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
+        if problem.dtype == "float16":
+            params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
+                          VEC=4, ASYNC_STAGES=3)
         if max(problem.shape[:2]) < 1024:
             params.update(BM=64, BN=64, BK=16, TM=4, TN=4)
         return params
@@ -488,9 +525,11 @@ def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
 def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarray) -> float:
     """The relative error a precision's results may have on A @ B: twice that of its reference on the same data.
     3xtf32 promises fp32-level error: its reference is the ieee kernels' chain of fp32 FMAs (``fma_chain``); tf32
-    that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's. At least 2**-22, where the
-    reference happens to be nearly exact (K of 1 or 2)."""
-    error = relative_error(fma_chain(A, B), expected)
+    that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's; fp16 (float16 operands)
+    NumPy's and cuBLAS's: the FMA chain rounded to float16 (a sum kept in float16 errs far more). At least
+    2**-22, where the reference happens to be nearly exact (K of 1 or 2)."""
+    chain = fma_chain(A, B)
+    error = relative_error(chain.astype(np.float16) if precision == "fp16" else chain, expected)
     if precision == "tf32":
         rounded = tf32_round(A).astype(np.float64) @ tf32_round(B).astype(np.float64)
         error += relative_error(rounded, expected)

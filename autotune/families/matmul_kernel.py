@@ -16,7 +16,7 @@ from ..device import gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .matmul import dynamic_shared_bytes, kernel_args, matmul_threads, split_add
+from .matmul import accumulator_dtype, dynamic_shared_bytes, kernel_args, matmul_threads, split_add
 
 INT32_MAX = 2**31 - 1
 
@@ -27,8 +27,8 @@ def index_type(params: Mapping[str, Any]) -> str:
 
 def signature(params: Mapping[str, Any], dtype: str) -> str:
     arr, it = f"{dtype}[::1]", index_type(params)
-    types = {"A": arr, "B": arr, "C": arr, "W": arr, "counters": "int32[::1]", "vec_a": "boolean",
-             "vec_b": "boolean", "vec_c": "boolean"}
+    types = {"A": arr, "B": arr, "C": arr, "W": f"{accumulator_dtype(dtype)}[::1]", "counters": "int32[::1]",
+             "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
 
 
@@ -101,10 +101,11 @@ class MatmulKernel(Planned, Kernel):
         p = self.params
         if split_add(p) == "last_block":
             tiles, slices = grid
-            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=self.dtype),
+            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=accumulator_dtype(self.dtype)),
                     cuda.to_device(np.zeros(tiles, dtype=np.int32)))
         if self._stand_ins is None:
-            self._stand_ins = cuda.device_array(1, dtype=self.dtype), cuda.device_array(1, dtype=np.int32)
+            self._stand_ins = (cuda.device_array(1, dtype=accumulator_dtype(self.dtype)),
+                               cuda.device_array(1, dtype=np.int32))
         return self._stand_ins
 
     def __call__(self, A, B, out=None, *, stream=None):
