@@ -29,7 +29,8 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
             "fp16": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "A_SMEM": "mmajor", "ASYNC_STAGES": 2},
                      {}),
             "fp16_kmajor": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "SPLIT_K": 2,
-                                                  "SPLIT_ADD": "last_block"}, {})}
+                                                  "SPLIT_ADD": "last_block"}, {}),
+            "fp16_to_f32": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16}, {"out_dtype": "float32"})}
 
 
 def main():

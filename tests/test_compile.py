@@ -130,6 +130,8 @@ def test_float16_issues_its_mma_on_ldmatrix_fragments():
     assert mmajor.count(x4) == 1 and mmajor.count(x4_trans) == 1
     assert kmajor.count(x4) == 0 and kmajor.count(x4_trans) == 2
     assert "ld.global.v4.f32" in kmajor and "ld.global.v4.f32" not in mmajor
+    to_f32 = ptx_sample("fp16_to_f32")["fp16_to_f32"]  # out_dtype float32: C stored as it is summed
+    assert to_f32.count(f16_mma) == 2 and "cvt.rn.f16.f32" not in to_f32 and "st.global.f32" in to_f32
 
 
 def ptx_sample(*names: str) -> dict[str, str]:

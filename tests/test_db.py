@@ -83,7 +83,7 @@ def test_an_entry_written_before_a_parameter_existed_loads_with_its_default(tmp_
     ("params", {"strategy": "naive", "XX": 1}, "unknown parameter 'XX'"),
     ("params", {"strategy": "tiled", "BM": 16, "BN": 16}, "threads per block = 4"),
     ("shape", [64, "64", 64], "field 'shape' must be a list of positive integers"),
-    ("dtype", "float16", "field 'dtype' is 'float16'"),
+    ("dtype", "int32", "field 'dtype' is 'int32'"),
     ("time", {"median_ms": "fast"}, "field 'time' must hold numbers"),
     ("layout", "xx", "field layout: layout 'xx'"),
     ("extra", 1, "unknown field 'extra'"),

@@ -258,6 +258,21 @@ def test_matmul_of_float16_is_numpys(rng):
     np.testing.assert_array_equal(got, exact.astype(np.float16))
 
 
+def test_matmul_dtype_float32_of_float16_operands(rng):
+    """dtype=np.float32 of float16 operands: NumPy's result (float32 sums, not rounded to float16); other requests
+    are refused, as the operands' own dtype is accepted."""
+    A = (rng.integers(7, 9, size=(5, 48))).astype(np.float16)
+    B = (rng.integers(7, 9, size=(48, 3))).astype(np.float16)
+    got = autotune.matmul(A, B, dtype=np.float32)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, np.matmul(A, B, dtype=np.float32))
+    assert autotune.matmul(A, B, dtype="float16").dtype == np.float16
+    with pytest.raises(TypeError, match="dtype=float64 is not supported for float16 operands"):
+        autotune.matmul(A, B, dtype=np.float64)
+    with pytest.raises(TypeError, match="dtype=float32 is not supported for float64 operands"):
+        autotune.matmul(A.astype(np.float64), B.astype(np.float64), dtype=np.float32)
+
+
 class _ProtocolStream:
     def __init__(self, handle):
         self.handle = handle

@@ -276,7 +276,7 @@ def check_with_oracle(kernel, problem, rng) -> list:
     impl = problem.impl
     found = []
     for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-        out = cuda.to_device(np.full(problem.out_shape, poison(problem.dtype), problem.dtype))
+        out = cuda.to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
         kernel(*case.inputs, out=out)
         found.append(impl.verify(problem, case, out.copy_to_host(), rng))
     return found
@@ -339,6 +339,28 @@ def test_float16_tensor_core_variants(params, layout, rng):
     for shape in [(37, 29, 41), (17, 19, 1)]:
         problem = Problem("matmul", shape, "float16", {"layout": layout})
         assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+
+
+def test_float16_operands_with_a_float32_result(rng):
+    """out_dtype float32 keeps the float32 sums (checked exactly on integer data, whose sums pass 2048 where float16
+    stops counting by ones, and within the FMA chain's error on normal data); split-K may add its slices atomically
+    into float32 C. The problem has a key of its own; float32 and float64 operands refuse it."""
+    from autotune.problem import Problem
+
+    params = {**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "SPLIT_K": 2, "SPLIT_ADD": "atomic"}
+    load_space("matmul").validate(params, dtype="float16", family={"layout": "nn", "out_dtype": "float32"})
+    k = build_kernel("matmul", params, "float16", out_dtype="float32")
+    problem = Problem("matmul", (33, 40, 48), "float16", {"out_dtype": "float32"})
+    assert problem.key == "matmul/float16/nn/float32/33x40x48" and problem.out_dtype == "float32"
+    assert check_with_oracle(k, problem, rng) == [None, None]
+    A = rng.integers(7, 9, size=(33, 48)).astype(np.float16)
+    B = rng.integers(7, 9, size=(48, 40)).astype(np.float16)
+    C = k(A, B)
+    assert C.dtype == np.float32
+    np.testing.assert_array_equal(C, A.astype(np.float64) @ B)
+    assert (C % 2 == 1).any()  # odd sums past 2048: not float16 values
+    with pytest.raises(ValueError, match="out_dtype float32 is for float16 operands"):
+        Problem("matmul", (8, 8, 8), "float32", {"out_dtype": "float32"})
 
 
 def test_the_float16_oracle_refuses_float16_sums(rng):

@@ -79,23 +79,26 @@ def dot(a, b, *, out=None, stream=None):
                      f"autotune.matmul for stacks of matrices)")
 
 
-def matmul(A, B, *, out=None, stream=None, precision: str = "ieee"):
+def matmul(A, B, *, out=None, dtype=None, stream=None, precision: str = "ieee"):
     """``A @ B`` as ``np.matmul``: 2-D products, 1-D operands (a vector is a 1 x K row on the left, a K x 1
     column on the right, and that 1 is dropped from the result) and stacks of matrices, whose leading dimensions
-    broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one. ``precision``
-    (float32 only): "ieee" fp32 products, "3xtf32" fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded
-    operands (see the matmul family)."""
-    return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B), precision)
+    broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one. ``dtype``: the
+    operands' (default) or, for float16 operands, float32 (the float32 sums, not rounded to float16, as
+    ``np.matmul(A, B, dtype=np.float32)``). ``precision`` (float32 only): "ieee" fp32 products, "3xtf32"
+    fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded operands (see the matmul family)."""
+    return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B), precision, dtype)
 
 
-def _matmul(A, B, out, stream, host: bool, precision: str = "ieee"):
+def _matmul(A, B, out, stream, host: bool, precision: str = "ieee", requested=None):
     launch_stream = as_stream(stream)
-    replay = _Replay(("matmul", precision), (A, B), out, launch_stream)
+    replay = _Replay(("matmul", precision, requested), (A, B), out, launch_stream)
     if replay.done():
         return out
     dA, dB = _device(A, "A"), _device(B, "B")
     dtype = _same_dtype("matmul", "matmul", dA, dB)
-    matmul_family.check_dtype(dtype, matmul_family.family_args(precision=precision))  # even where no kernel runs
+    out_dtype = _matmul_out_dtype(dtype, requested)
+    args = matmul_family.family_args(precision=precision, out_dtype=None if out_dtype == dtype else out_dtype)
+    matmul_family.check_dtype(dtype, args)  # even where no kernel runs
     if dA.ndim == 0 or dB.ndim == 0:
         raise ValueError("matmul: an operand is 0-d (a scalar); use multiplication")
     a2 = dA.reshape(1, dA.shape[0]) if dA.ndim == 1 else dA
@@ -109,7 +112,7 @@ def _matmul(A, B, out, stream, host: bool, precision: str = "ieee"):
         raise ValueError(f"matmul: the stack shapes of {tuple(dA.shape)} and {tuple(dB.shape)} do not "
                          f"broadcast") from None
     shape = batch + ((M,) if dA.ndim > 1 else ()) + ((N,) if dB.ndim > 1 else ())
-    result = _result(out, shape, dtype, "C")
+    result = _result(out, shape, out_dtype, "C")
     c3 = result.reshape(batch + (M, N))
     replay.follow()
     if math.prod(batch) and M and N and not K:
@@ -119,7 +122,7 @@ def _matmul(A, B, out, stream, host: bool, precision: str = "ieee"):
         for index in np.ndindex(*batch):
             a, b = _stacked(a2, index, batch), _stacked(b2, index, batch)
             kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"),
-                             precision=precision)
+                             precision=precision, out_dtype=args["out_dtype"])
             calls.append((kernel, a, b, c3[index] if index else c3))
         for kernel, a, b, c in calls:
             _call(kernel, a, b, c, out, launch_stream)
@@ -300,6 +303,20 @@ def _answer_dtype(op: str, dtype: str, requested) -> str:
             raise TypeError(f"{op}: dtype={dtype_name(requested)} is not supported; a {op} of {dtype} gives "
                             f"{answer} (convert the input or the result)")
     return answer
+
+
+def _matmul_out_dtype(dtype: str, requested) -> str:
+    """The result dtype of a matmul of ``dtype`` operands: theirs, or float32 where ``dtype=float32`` asks for
+    it of float16 operands (TypeError for any other request: autotune does not compute in a converted dtype)."""
+    if requested is None:
+        return dtype
+    from ..problem import dtype_name
+
+    name = dtype_name(requested)
+    if name != dtype and (dtype, name) != ("float16", "float32"):
+        raise TypeError(f"matmul: dtype={name} is not supported for {dtype} operands (only {dtype}, and float32 "
+                        f"for float16 operands); convert the operands")
+    return name
 
 
 def _same_dtype(kind: str, op: str, a, b) -> str:

@@ -5,8 +5,8 @@ transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". ``precision`` 
 rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the TF32 tensor cores: each operand
 split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
 with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
-``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute); tiled float16 variants run on the
-tensor cores. Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
+``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
+in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
 shared16), the register-tiled kernel on the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel
 (``mma.sync`` through inline PTX: fp64, TF32 for float32 at the tf32 precisions, fp16 for float16).
 """
@@ -197,7 +197,7 @@ def _mma_fits(p, ctx):
 
 
 def _split_add_fits(p, ctx):
-    if ctx.dtype == "float16" and split_add(p) == "atomic":
+    if ctx.dtype == "float16" and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
         return "SPLIT_ADD=atomic: float16 results are rounded once, from the float32 sum: use last_block"
     if p["SPLIT_ADD"] != "vector":
         return None
@@ -227,6 +227,9 @@ class MatmulFamily(KernelFamily):
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
             FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
                       "error on the TF32 tensor cores) or tf32 (TF32-rounded operands, as cuBLAS with TF32 on)",
+                      implicit=True),
+            FamilyArg("out_dtype", (None, "float32"), None, "the result's dtype: input (the operands') or float32 "
+                      "(float16 operands: the float32 sums, not rounded to float16)", none_means="input",
                       implicit=True))
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}
@@ -247,6 +250,11 @@ class MatmulFamily(KernelFamily):
     def check_dtype(self, dtype, args) -> None:
         if args["precision"] != "ieee" and dtype != "float32":
             raise ValueError(f"precision {args['precision']} is for float32 matmul; {dtype} has ieee only")
+        if args["out_dtype"] is not None and dtype != "float16":
+            raise ValueError(f"out_dtype {args['out_dtype']} is for float16 operands; a {dtype} matmul gives {dtype}")
+
+    def out_dtype(self, problem) -> str:
+        return problem.family["out_dtype"] or problem.dtype
 
     def work(self, problem) -> float:
         M, N, K = problem.shape
@@ -350,7 +358,8 @@ class MatmulFamily(KernelFamily):
         M, N, K = problem.shape
         A, B = (a.astype(np.float64) for a in inputs)
         precision = "fp16" if problem.dtype == "float16" else problem.family["precision"]
-        if precision == "fp16":
+        out_dtype = self.out_dtype(problem)
+        if out_dtype == "float16":
             rows = error_rows(problem.shape)
             cases = [Case(tuple(inputs), (A[rows] @ B).astype(np.float16).astype(np.float64), "exact rows")]
         else:
@@ -360,7 +369,8 @@ class MatmulFamily(KernelFamily):
             rows = error_rows(problem.shape)
             A, B = (a.astype(np.float64) for a in data)
             expected = A[rows] @ B
-            cases.append(Case(data, expected, "error rows", error_bound(precision, data[0][rows], data[1], expected)))
+            cases.append(Case(data, expected, "error rows",
+                              error_bound(precision, data[0][rows], data[1], expected, out_dtype)))
         return cases
 
     def verify(self, problem, case, got, rng) -> str | None:
@@ -472,10 +482,10 @@ class MatmulFamily(KernelFamily):
         return [{"strategy": "naive"}, {"strategy": "shared16"}]
 
     def bench_name(self, problem) -> str:
-        layout, precision = problem.family["layout"], problem.family["precision"]
+        layout, precision, out = (problem.family[a] for a in ("layout", "precision", "out_dtype"))
         return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
-            ("" if precision == "ieee" else f"-{precision}")
+            ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
@@ -522,14 +532,14 @@ def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return acc
 
 
-def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarray) -> float:
+def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarray,
+                out_dtype: str = "float32") -> float:
     """The relative error a precision's results may have on A @ B: twice that of its reference on the same data.
     3xtf32 promises fp32-level error: its reference is the ieee kernels' chain of fp32 FMAs (``fma_chain``); tf32
     that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's; fp16 (float16 operands)
-    NumPy's and cuBLAS's: the FMA chain rounded to float16 (a sum kept in float16 errs far more). At least
-    2**-22, where the reference happens to be nearly exact (K of 1 or 2)."""
-    chain = fma_chain(A, B)
-    error = relative_error(chain.astype(np.float16) if precision == "fp16" else chain, expected)
+    NumPy's and cuBLAS's: the FMA chain, rounded to float16 where the result is float16 (a sum kept in float16
+    errs far more). At least 2**-22, where the reference happens to be nearly exact (K of 1 or 2)."""
+    error = relative_error(fma_chain(A, B).astype(out_dtype), expected)
     if precision == "tf32":
         rounded = tf32_round(A).astype(np.float64) @ tf32_round(B).astype(np.float64)
         error += relative_error(rounded, expected)

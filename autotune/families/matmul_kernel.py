@@ -25,9 +25,10 @@ def index_type(params: Mapping[str, Any]) -> str:
     return "int32" if params.get("INDEX_BITS") == 32 else "int64"
 
 
-def signature(params: Mapping[str, Any], dtype: str) -> str:
+def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
     arr, it = f"{dtype}[::1]", index_type(params)
-    types = {"A": arr, "B": arr, "C": arr, "W": f"{accumulator_dtype(dtype)}[::1]", "counters": "int32[::1]",
+    types = {"A": arr, "B": arr, "C": f"{out_dtype or dtype}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
+             "counters": "int32[::1]",
              "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
 
@@ -43,6 +44,7 @@ class MatmulKernel(Planned, Kernel):
                  simulator: bool):
         super().__init__(family, module, params, dtype, args, source, simulator)
         self.layout = args["layout"]
+        self.out_dtype = args.get("out_dtype") or dtype
         self.entry = module.matmul
         self.arg_names = kernel_args(params)
         self._launches: dict[tuple[int, int, int], tuple] = {}
@@ -54,7 +56,7 @@ class MatmulKernel(Planned, Kernel):
 
     @property
     def signature(self) -> str:
-        return signature(self.params, self.dtype)
+        return signature(self.params, self.dtype, self.out_dtype)
 
     def _operand(self, x, name: str, transposed: bool):
         d = arrays.to_device(x, name)
@@ -148,11 +150,11 @@ class MatmulKernel(Planned, Kernel):
         from numba import cuda
 
         if out is None:
-            return cuda.device_array((M, N), dtype=self.dtype)
+            return cuda.device_array((M, N), dtype=self.out_dtype)
         if arrays.is_host(out):
             raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
         C = arrays.to_device(out, "out")
-        arrays.check_dtype(C, "out", self.dtype, self.family.dtypes)
+        arrays.check_dtype(C, "out", self.out_dtype, self.family.dtypes)
         if tuple(C.shape) != (M, N) or not arrays.is_c_contiguous(C):
             raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
         return C
