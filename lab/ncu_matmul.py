@@ -1,8 +1,8 @@
 """Launch one tuned matmul and cuBLAS on the same data a few times each, for a profiler to attach to.
 
-    ncu --clock-control none -k regex:'matmul|gemm|xmma|cutlass' --section SpeedOfLight --section WarpStateStats \\
+    ncu --clock-control none -k regex:'matmul|gemm|xmma|cutlass|nvjet' --section SpeedOfLight --section WarpStateStats \\
         --section Occupancy --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \\
-        python lab/ncu_matmul.py 4096x4096x4096 tf32
+        python lab/ncu_matmul.py 4096x4096x4096 tf32          # or: 4096x4096x4096 ieee float16
 
 The tuned kernel is the database's for this GPU (get_best_kernel); cuBLAS runs through PyTorch with TF32 on for
 precision tf32, off otherwise. Each is launched 3 times (a profiler can take the last).
@@ -16,14 +16,14 @@ from numba import cuda
 from autotune import get_best_kernel
 
 
-def main(shape_text: str, precision: str) -> None:
+def main(shape_text: str, precision: str, dtype: str = "float32") -> None:
     M, N, K = (int(d) for d in shape_text.split("x"))
     rng = np.random.default_rng(0)
-    A = rng.standard_normal((M, K), dtype=np.float32)
-    B = rng.standard_normal((K, N), dtype=np.float32)
-    kernel = get_best_kernel("matmul", (M, N, K), "float32", precision=precision)
+    A = rng.standard_normal((M, K), dtype=np.float32).astype(dtype)
+    B = rng.standard_normal((K, N), dtype=np.float32).astype(dtype)
+    kernel = get_best_kernel("matmul", (M, N, K), dtype, precision=precision)
     print(kernel.params, flush=True)
-    dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((M, N), np.float32)
+    dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((M, N), dtype)
     for _ in range(3):
         kernel(dA, dB, out=dC)
     cuda.synchronize()
@@ -35,4 +35,4 @@ def main(shape_text: str, precision: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "ieee")
+    main(sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "ieee", *sys.argv[3:4])
