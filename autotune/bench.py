@@ -56,13 +56,26 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
             continue
         t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
         res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
-        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p})
+        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
+                     "accuracy": problem.impl.result_error(problem, inst.time_host, inst.out.copy_to_host())})
     for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
-            rows.append({"name": name, "timing": bench(call, flush=flusher)})
+            t = bench(call, flush=flusher)
+            rows.append({"name": name, "timing": t,
+                         "accuracy": problem.impl.result_error(problem, inst.time_host, host_copy(call()))})
         except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
     return rows
+
+
+def host_copy(x) -> np.ndarray:
+    """A peer's result on the host: CuPy (.get()), PyTorch (.cpu()), Numba (.copy_to_host()) or NumPy."""
+    for method in ("copy_to_host", "get"):
+        if hasattr(x, method):
+            return np.asarray(getattr(x, method)())
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy()
+    return np.asarray(x)
 
 
 def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
@@ -122,23 +135,30 @@ def _reference_row(problem: Problem, rows: list[dict]) -> dict | None:
 
 
 def _section(problem: Problem, rows: list[dict], device) -> str:
+    """A problem's table. Where the family measures errors (``result_error``), a column of each contender's
+    relative error against float64 on the same timing data."""
     ref = _reference_row(problem, rows)
+    accuracy = any(r.get("accuracy") is not None for r in rows)
     body = []
     for r in rows:
         if "error" in r:
-            body.append([r["name"], "error", None, None, None, None, None, r["error"][:80]])
+            body.append([r["name"], "error", None, None, None, *([None] if accuracy else []), None, None,
+                         r["error"][:80]])
             continue
         ms = r["timing"].median_ms
         rate = problem.rate(ms / 1e3)
         peak = fraction_of_peak(problem, rate, device)
         ratio = ref["timing"].median_ms / ms if ref else None
+        error = [f"{r['accuracy']:.3g}" if r.get("accuracy") is not None else None] if accuracy else []
         body.append([r["name"], ms, f"{rate:.4g} {problem.unit}", f"{100 * peak:.1f}%" if peak else None,
-                     f"{ratio:.2f}x" if ratio else None, r.get("registers"), r.get("local"),
+                     f"{ratio:.2f}x" if ratio else None, *error, r.get("registers"), r.get("local"),
                      f"spread {100 * r['timing'].spread:.1f}%, {r['timing'].reps} reps"])
     return (f"## {problem.key}\n\n"
-            + table(["kernel", "ms", "rate", "of peak", f"vs {ref['name'] if ref else '-'}", "registers",
-                     "local B", "notes"], body)
-            + "\n\n(local B: local memory per thread, stack frame plus spills, as the driver reports it)")
+            + table(["kernel", "ms", "rate", "of peak", f"vs {ref['name'] if ref else '-'}",
+                     *(["rel. error"] if accuracy else []), "registers", "local B", "notes"], body)
+            + "\n\n(local B: local memory per thread, stack frame plus spills, as the driver reports it"
+            + ("; rel. error: Frobenius norm of the error of sampled rows of the result against float64, on the "
+               "timed data" if accuracy else "") + ")")
 
 
 def _plot(data, device, path: Path) -> Path | None:

@@ -24,7 +24,8 @@ The contract, in the order data flows:
   plans), called as ``kernel(*inputs, out=...)``.
 - **Search**: ``baseline`` (the seed kernel each tuning run times alongside), ``default_params`` for untuned
   shapes, ``problem_starts`` to fit known-good configurations to a problem, ``suite`` and ``dry_run_shapes``.
-- **Optional**: ``peers`` (library calls ``autotune bench`` times alongside), ``selftest_cases``.
+- **Optional**: ``peers`` (library calls ``autotune bench`` times alongside), ``result_error`` (the bench's error
+  column: every contender's error against float64 on the timed data), ``selftest_cases``.
 """
 from __future__ import annotations
 
@@ -196,6 +197,11 @@ class KernelFamily(abc.ABC):
     def out_dtype(self, problem: "Problem") -> str:
         """dtype of the output array: by default the input's."""
         return problem.dtype
+
+    def result_error(self, problem: "Problem", inputs: Sequence[np.ndarray], result: np.ndarray) -> float | None:
+        """The error of ``result`` (a host array) computed from the timing ``inputs``, against float64, for the
+        bench's error column (every contender's on the same data); None where the family reports none."""
+        return None
 
     # -- kernels --------------------------------------------------------------------------------
     def template(self, params: Mapping[str, Any]) -> str:

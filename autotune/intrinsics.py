@@ -308,8 +308,8 @@ _MMA_TILE_DOC = """One k-deep step of a warp's {precision} tensor-core tile ({el
     2nj+1 of acc (TM x TN, at ``tile_slot``). fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row
     wr + 8i, k = tig + 4q), fb its B fragments (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k must be a
     constant. fp16's fragments are words of two halves, k and k + 1: fa[i * 2 + q] at k = 2 tig + 8q, fb likewise
-    (as ``ldmatrix`` loads them). One call replaces a statement per mma, whose typing and lowering Numba's front end spends its time
-    on."""
+    (as ``ldmatrix`` loads them). One call replaces a statement per mma, whose typing and lowering Numba's front
+    end spends its time on."""
 
 dmma_tile = _make_mma_tile("fp64")
 tf32_tile = _make_mma_tile("tf32")
@@ -506,5 +506,5 @@ def tile_add(typingctx, a, b):
 
 __all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
            "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_tile",
-           "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of",
-           "vload2", "vload4", "vstore2", "vstore4"]
+           "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4",
+           "tile_add", "tile_of", "vload2", "vload4", "vstore2", "vstore4"]

@@ -133,7 +133,8 @@ class Instance:
         self.cases = [(case, [cuda.to_device(a) for a in case.inputs])
                       for case in impl.verification(problem, self.check_host, rng)]
         self.check_args = self.cases[0][1]
-        self.time_args = [cuda.to_device(a) for a in impl.inputs(problem, rng, "time")]
+        self.time_host = impl.inputs(problem, rng, "time")
+        self.time_args = [cuda.to_device(a) for a in self.time_host]
         self.out = cuda.device_array(problem.out_shape, dtype=problem.out_dtype)
 
     def run(self, kernel, timing: bool = False) -> None:

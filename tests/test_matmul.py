@@ -418,3 +418,33 @@ def test_precision_is_float32s_and_keeps_ieee_keys():
     assert "precision" not in entry_record(ieee, {}, time={})
     assert entry_record(three, {}, time={})["precision"] == "3xtf32"
     assert ieee.impl.bench_name(three) == "matmul-tn-3xtf32"
+
+
+def test_the_bench_reports_each_contenders_error_against_float64(rng):
+    """matmul's result_error is the relative error of sampled rows against the float64 product of the same
+    operands: 0 for the exact product, that of float32 rounding for a float32 result, of float16 rounding for a
+    float16 one; the bench's table gets an error column, which families without errors (reductions) do not."""
+    from autotune.bench import _section, host_copy
+    from autotune.device import DeviceInfo
+    from autotune.problem import Problem
+    from autotune.timing import Timing
+
+    A, B = rng.standard_normal((300, 70)), rng.standard_normal((70, 40))
+    problem = Problem("matmul", (300, 40, 70), "float16")
+    exact = A @ B
+    assert problem.impl.result_error(problem, (A, B), exact) == 0
+    half = problem.impl.result_error(problem, (A, B), exact.astype(np.float16))
+    single = problem.impl.result_error(problem, (A, B), exact.astype(np.float32))
+    assert 1e-4 < half < 1e-3 and 1e-8 < single < 1e-7
+    np.testing.assert_array_equal(host_copy(cuda.to_device(exact)), exact)
+    timing = Timing(median_ms=1.0, p20_ms=0.9, p80_ms=1.1, reps=10)
+    device = DeviceInfo("GPU", (9, 0), 132, 50 << 20)
+    rows = [{"name": "autotune", "timing": timing, "registers": 64, "local": 0, "accuracy": half},
+            {"name": "cuBLAS (cupy)", "timing": timing, "accuracy": half}, {"name": "broken", "error": "no"}]
+    text = _section(problem, rows, device)
+    assert "rel. error" in text and text.count(f"{half:.3g}") == 2
+    widths = {line.count("|") for line in text.splitlines() if line.startswith("|")}
+    assert len(widths) == 1  # the error row has the column too
+    reduce = Problem("reduce", (1000,), "float32", {"op": "sum"})
+    assert reduce.impl.result_error(reduce, (np.ones(1000),), np.ones(1)) is None
+    assert "rel. error" not in _section(reduce, [{"name": "autotune", "timing": timing}], device)

@@ -6,9 +6,10 @@ rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the
 split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
 with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
 ``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
-in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Three templates render it: the seed kernels of the Numba documentation (``strategy`` naive,
-shared16), the register-tiled kernel on the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel
-(``mma.sync`` through inline PTX: fp64, TF32 for float32 at the tf32 precisions, fp16 for float16).
+in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Three templates
+render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
+the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
+float32 at the tf32 precisions, fp16 for float16).
 """
 from __future__ import annotations
 
@@ -401,6 +402,12 @@ class MatmulFamily(KernelFamily):
                 return problem_text
         rows, cols = rng.integers(0, M, size=512), rng.integers(0, N, size=512)
         return compare_exact(C[rows, cols], np.einsum("ik,ki->i", A[rows], B[:, cols]), what="sampled elements")
+
+    def result_error(self, problem, inputs, result) -> float:
+        """Relative (Frobenius) error of ``error_rows`` of C against the float64 product of the same operands."""
+        rows = error_rows(problem.shape)
+        A, B = (np.asarray(a, np.float64) for a in inputs)
+        return relative_error(np.asarray(result, np.float64)[rows], A[rows] @ B)
 
     # -- search -------------------------------------------------------------------------------------
     def seeds(self):
