@@ -194,26 +194,20 @@ def _dmma(builder, k: int, a: list, b: list, c: list) -> list:
     return [builder.extract_value(out, i) for i in range(4)]
 
 
+def _word_mma(builder, k: int, types_: str, a: list, b: list, c: list) -> list:
+    """One mma.sync m16n8k<k> of 32-bit operand registers (a and b) with float32 accumulators (c), as ``types_``
+    says: "f32.tf32.tf32.f32" (TF32 bits, see _to_tf32; the fp64 mma's fragment layout of the same k) or
+    "f32.f16.f16.f32" (two halves per register, see ldmatrix; four of A and two of B at k 16)."""
+    word, single = ir.IntType(32), ir.FloatType()
+    fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
+    text = _mma_text(k, types_, (len(a), len(b)))
+    constraints = ",".join(["=f"] * 4 + ["r"] * (len(a) + len(b)) + ["f"] * 4)
+    out = builder.call(ir.InlineAsm(fnty, text, constraints), [*a, *b, *c])
+    return [builder.extract_value(out, i) for i in range(4)]
+
+
 def _tf32_mma(builder, k: int, a: list, b: list, c: list) -> list:
-    """One mma.sync m16n8k<k> (k 4 or 8) of TF32 fragments (32-bit registers holding TF32 bits, see _to_tf32) with
-    float32 accumulators; the fragment layout is the fp64 mma's of the same k."""
-    word, single = ir.IntType(32), ir.FloatType()
-    fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
-    text = _mma_text(k, "f32.tf32.tf32.f32", (k // 2, k // 4))
-    constraints = ",".join(["=f"] * 4 + ["r"] * (len(a) + len(b)) + ["f"] * 4)
-    out = builder.call(ir.InlineAsm(fnty, text, constraints), [*a, *b, *c])
-    return [builder.extract_value(out, i) for i in range(4)]
-
-
-def _f16_mma(builder, k: int, a: list, b: list, c: list) -> list:
-    """One mma.sync m16n8k16 of float16 fragments (32-bit registers of two halves each, see ldmatrix) with
-    float32 accumulators: four registers of A, two of B, in the PTX ISA's layout for .f16."""
-    word, single = ir.IntType(32), ir.FloatType()
-    fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
-    text = _mma_text(k, "f32.f16.f16.f32", (k // 4, k // 8))
-    constraints = ",".join(["=f"] * 4 + ["r"] * (len(a) + len(b)) + ["f"] * 4)
-    out = builder.call(ir.InlineAsm(fnty, text, constraints), [*a, *b, *c])
-    return [builder.extract_value(out, i) for i in range(4)]
+    return _word_mma(builder, k, "f32.tf32.tf32.f32", a, b, c)
 
 
 def _to_tf32(builder, x):
@@ -240,7 +234,7 @@ def _mma_step(precision: str):
     if precision == "fp64":
         return (lambda builder, x: x), lambda builder, k, a, b, c: _dmma(builder, k, a, b, c)
     if precision == "fp16":
-        return (lambda builder, x: x), lambda builder, k, a, b, c: _f16_mma(builder, k, a, b, c)
+        return (lambda builder, x: x), lambda builder, k, a, b, c: _word_mma(builder, k, "f32.f16.f16.f32", a, b, c)
     if precision == "tf32":
         return _to_tf32, lambda builder, k, a, b, c: _tf32_mma(builder, k, a, b, c)
 

@@ -28,8 +28,7 @@ def index_type(params: Mapping[str, Any]) -> str:
 def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
     arr, it = f"{dtype}[::1]", index_type(params)
     types = {"A": arr, "B": arr, "C": f"{out_dtype or dtype}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
-             "counters": "int32[::1]",
-             "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
+             "counters": "int32[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
 
 
