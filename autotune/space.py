@@ -270,18 +270,28 @@ def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) 
                              f"nor an argument of {kernel} ({', '.join([*params, *sorted(arg_names)])})")
     known = predicates_of(impl)
     constraints = []
-    for i, spec in enumerate(data.get("constraints") or []):
+    for i, spec in enumerate(_list_of(where, data, "constraints")):
         try:
             constraints.append(rule(spec, known, params))
         except ValueError as exc:
             raise SpaceError(f"{where}: constraint #{i + 1}: {exc}") from None
     if builtin is not None:
         constraints = [*builtin.constraints, *constraints]
-    starts = tuple(_parse_start(where, i, c, params) for i, c in enumerate(data.get("starts") or []))
+    starts = tuple(_parse_start(where, i, c, params) for i, c in enumerate(_list_of(where, data, "starts")))
     if builtin is not None:
         starts = builtin.starts + starts
     return SearchSpace(kernel=kernel, params=params, constraints=tuple(constraints), path=where, starts=starts,
                        impl=impl)
+
+
+def _list_of(where: str, data: Mapping[str, Any], key: str) -> list:
+    """The list under ``key`` (none: empty); anything else is refused, naming the file and the key."""
+    value = data.get(key)
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise SpaceError(f"{where}: '{key}' must be a list, got {type(value).__name__}")
+    return value
 
 
 def _parse_start(where: str, index: int, spec: Any, params: Mapping[str, Param]) -> dict[str, Any]:

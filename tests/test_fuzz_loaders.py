@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from autotune import db
 from autotune.space import SpaceError, load_space
 
-FUZZ = settings(max_examples=120, deadline=2000, suppress_health_check=[HealthCheck.too_slow])
+FUZZ = settings(max_examples=120, deadline=10000, suppress_health_check=[HealthCheck.too_slow])
 
 scalars = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
                     st.text(max_size=12), st.sampled_from(["float32", "reduce", "matmul", "sum", "all", "nn", "tiled"]))

@@ -137,6 +137,8 @@ def test_accumulator_registers_depend_on_dtype(matmul_space):
     ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64}, {BM: '64); import os'}]",
      "start #2: parameter BM='64); import os' is not allowed"),
     ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [[BM, 64]]", "start #1: must map parameter names"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: true", "'starts' must be a list, got bool"),
+    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: 3", "'constraints' must be a list, got int"),
 ])
 def test_malformed_user_space_files(tmp_path, body, message):
     path = tmp_path / "bad.yaml"
