@@ -283,7 +283,8 @@ def _make_mma_tile(precision: str):
             result = args[0]
             for mi in range(tm // 2):
                 for nj in range(half_tn):
-                    a = [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(2 * q)]
+                    a = a_values[2 * q * mi:2 * q * (mi + 1)] if per_word == 2 else \
+                        [a_values[(2 * mi + x % 2) * q + x // 2] for x in range(2 * q)]
                     b = [b_values[nj * q + y] for y in range(q)]
                     slots = [tile_slot(tm * tn, 2 * mi + i, 2 * nj + j, tn) for i in (0, 1) for j in (0, 1)]
                     d = step(builder, steps, a, b, [builder.extract_value(result, s) for s in slots])
@@ -301,8 +302,9 @@ _MMA_TILE_DOC = """One k-deep step of a warp's {precision} tensor-core tile ({el
     m16n8k<k> (sm_80+; k in {ks}), each on a 16 x 8 piece whose results are tile rows 2mi, 2mi+1 and columns 2nj,
     2nj+1 of acc (TM x TN, at ``tile_slot``). fa holds this lane's A fragments i-major (fa[i * k/4 + q]: row
     wr + 8i, k = tig + 4q), fb its B fragments (fb[nj * k/4 + q]: column 8nj + gid, k = tig + 4q); k must be a
-    constant. fp16's fragments are words of two halves, k and k + 1: fa[i * 2 + q] at k = 2 tig + 8q, fb likewise
-    (as ``ldmatrix`` loads them). One call replaces a statement per mma, whose typing and lowering Numba's front
+    constant. fp16's fragments are words of two halves, k and k + 1, as ``ldmatrix`` loads them: fa in the mma's
+    operand order, fa[4 mi + x] at row 16 mi + gid (+ 8 for odd x) and k = 2 tig + 8 (x // 2); fb[nj * 2 + q] at
+    k = 2 tig + 8q. One call replaces a statement per mma, whose typing and lowering Numba's front
     end spends its time on."""
 
 dmma_tile = _make_mma_tile("fp64")

@@ -37,12 +37,13 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
     wn = (warp % 4) * 64
     wc = wn + 2 * tig
     # ldmatrix row addresses: lane l gives row l % 8 of matrix l // 8; A's matrices in order (rows, k) = (0, 0),
-    # (0, 8), (8, 0), (8, 8) of a 16 x 16 piece, B's (k, columns) = (0, 0), (8, 0), (0, 8), (8, 8) of two n8 pieces.
+    # (8, 0), (0, 8), (8, 8) of a 16 x 16 piece, B's (k, columns) = (0, 0), (8, 0), (0, 8), (8, 8) of two n8 pieces:
+    # the mma's operand order, so the loaded registers are its operands as they are (no moves).
     wm = (warp // 4) * 64
     lrow = lane % 8
     lhalf = lane // 8 % 2
     lpiece = lane // 16
-    a_lds = (wm + lrow + 8 * lpiece) * 40 + 8 * lhalf
+    a_lds = (wm + lrow + 8 * lhalf) * 40 + 8 * lpiece
     b_lds = (lrow + 8 * lhalf) * 264 + wn + 8 * lpiece
 
     acc = tile_of(ZERO, 128)
