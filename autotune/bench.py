@@ -94,6 +94,20 @@ def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
                 print(result.reason, file=sys.stderr)
 
 
+def measuring_arguments(argv: list[str]) -> list[str]:
+    """The command line without ``--out FOLDER``: where the report was written says nothing about what it
+    measured, and a machine's own folder (a temporary one) would only confuse a reader repeating the command."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return kept
+
+
 def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     device = current_device()
     folders = lookup_folders(db)
@@ -111,7 +125,7 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
         print(sections[-1] + "\n", flush=True)
     kind = problems[0].kind
     name = problems[0].impl.bench_name(problems[0])
-    command = "autotune " + " ".join(sys.argv[1:])
+    command = "autotune " + " ".join(measuring_arguments(sys.argv[1:]))
     header = (f"# autotune bench {kind} on {device.name}\n\n"
               f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
               f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each and "

@@ -95,6 +95,13 @@ def test_bench_without_a_gpu_says_so_without_suggesting_a_missing_option(tmp_pat
     assert "--simulator" not in out.stderr.replace("selftest --simulator", "")
 
 
+def test_a_bench_report_names_the_measuring_command_without_its_output_folder():
+    from autotune.bench import measuring_arguments
+
+    argv = ["bench", "matmul", "--out", "/tmp/x", "--shape", "8x8x8", "--out=/tmp/y", "--dtype", "float16"]
+    assert measuring_arguments(argv) == ["bench", "matmul", "--shape", "8x8x8", "--dtype", "float16"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["reduce", "--trials", "0"], "must be at least 1"),
     (["reduce", "--trials", "-1"], "must be at least 1"),
