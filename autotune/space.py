@@ -148,12 +148,15 @@ class SearchSpace:
         yield from extend({}, list(self.params.values()))
 
     def covering_sample(self, *, dtype: str, family: Mapping[str, Any], seed: int = 0, tries: int = 20000,
-                        cheap: Mapping[str, tuple] | None = None) -> tuple[list[dict[str, Any]], set[tuple[str, Any]]]:
+                        cheap: Mapping[str, tuple] | None = None,
+                        candidates: int = 1) -> tuple[list[dict[str, Any]], set[tuple[str, Any]]]:
         """Valid configurations that together use every allowed value of every applicable parameter.
 
         Greedy: random valid configurations are kept while they add an unseen (parameter, value) pair.
         ``cheap`` narrows the values drawn for the parameters not being pinned (e.g. small blocks in the
-        simulator, where every thread is a Python thread); each value is still pinned once.
+        simulator, where every thread is a Python thread); each value is still pinned once. With ``candidates``
+        above 1, that many valid configurations are drawn per pinned value and the one with the fewest values
+        outside ``cheap`` is kept: where a value needs others freed, the fewest expensive ones come with it.
         Returns the sample and the pairs no valid configuration was found for (e.g. VEC=4 in float64).
         """
         rng = random.Random(seed)
@@ -168,9 +171,11 @@ class SearchSpace:
                 if not wanted:
                     break
                 target = rng.choice(sorted(wanted, key=repr))
-                config = self._random_config(rng, family, pin=target, cheap=narrowing)
-                if config is None or self.violation(config, dtype=dtype, family=family):
+                drawn = (self._random_config(rng, family, pin=target, cheap=narrowing) for _ in range(candidates))
+                valid = [c for c in drawn if c is not None and not self.violation(c, dtype=dtype, family=family)]
+                if not valid:
                     continue
+                config = min(valid, key=lambda c: sum(v not in cheap.get(k, (v,)) for k, v in c.items()))
                 new = set(config.items()) & wanted
                 if new:
                     kept.append(config)

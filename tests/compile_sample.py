@@ -56,7 +56,8 @@ def compile_one(item):
 def main():
     items = []
     for kind, dtype, family in FAMILIES:
-        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind])
+        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind],
+                                                    candidates=8)
         items += [(kind, dtype, family, params) for params in sample]
     items += EXTRA
     with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
