@@ -74,7 +74,8 @@ def test_show_and_check_read_the_shipped_database_outside_a_checkout(tmp_path):
         assert out.returncode == 0, out.stdout + out.stderr
         assert str(ROOT / "tuned_db" / "nvidia-h200.yaml") in out.stdout
         assert "empty" not in out.stdout and "no database files" not in out.stdout
-    assert "38 valid entries" in cli("db", "check", cwd=tmp_path).stdout
+    shipped = len(db.load_file(ROOT / "tuned_db" / "nvidia-h200.yaml", strict=True).entries)
+    assert shipped > 30 and f"{shipped} valid entries" in cli("db", "check", cwd=tmp_path).stdout
 
 
 def test_a_missing_folder_and_an_unreadable_file_are_reported_the_same_way_by_show_and_check(tmp_path):

@@ -263,7 +263,7 @@ def test_ctrl_c_stops_the_run_at_once_and_records_nothing_half_done(tmp_path):
         start = time.time()
         out, _ = first.communicate(timeout=90)
         assert time.time() - start < 45, out
-        if not (first.returncode == 0 and len(complete_trials(state)) == 8):
+        if first.returncode != 0 or "interrupted" in out:  # else the run had finished: try again
             break
     assert first.returncode == 130, out
     assert "interrupted; everything measured so far is in the study" in out and "Traceback" not in out, out
