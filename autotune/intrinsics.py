@@ -71,8 +71,15 @@ def vstore4(typingctx, arr, idx, v0, v1, v2, v3):
     return types.void(arr, idx, v0, v1, v2, v3), _vstore_codegen(4)
 
 
+@intrinsic
+def vstore8(typingctx, arr, idx, v0, v1, v2, v3, v4, v5, v6, v7):
+    """Eight elements at once: a 16-byte store of float16 (the widest vector, as vstore4 of float32)."""
+    return types.void(arr, idx, v0, v1, v2, v3, v4, v5, v6, v7), _vstore_codegen(8)
+
+
 vload2 = _make_vload(2)
 vload4 = _make_vload(4)
+vload8 = _make_vload(8)
 
 
 def _red_add_codegen(width: int):
@@ -503,4 +510,4 @@ def tile_add(typingctx, a, b):
 __all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "cp_async4", "cp_async8", "cp_async16",
            "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_tile",
            "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4",
-           "tile_add", "tile_of", "vload2", "vload4", "vstore2", "vstore4"]
+           "tile_add", "tile_of", "vload2", "vload4", "vload8", "vstore2", "vstore4", "vstore8"]

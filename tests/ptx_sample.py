@@ -30,7 +30,11 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
                      {}),
             "fp16_kmajor": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "SPLIT_K": 2,
                                                   "SPLIT_ADD": "last_block"}, {}),
-            "fp16_to_f32": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16}, {"out_dtype": "float32"})}
+            "fp16_to_f32": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16}, {"out_dtype": "float32"}),
+            "fp16_vec8": ("matmul", "float16", {**MMA, "BK": 32, "VEC": 8, "MMA": 16, "UNROLL_K": 16,
+                                                "A_SMEM": "mmajor", "ASYNC_STAGES": 2}, {}),
+            "fp16_vec8_staged": ("matmul", "float16", {**MMA, "BK": 32, "VEC": 8, "MMA": 16, "UNROLL_K": 16,
+                                                       "A_SMEM": "mmajor", "ASYNC_STAGES": 0}, {})}
 
 
 def main():

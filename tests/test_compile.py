@@ -143,6 +143,18 @@ def test_float16_issues_its_mma_on_ldmatrix_fragments():
     assert to_f32.count(f16_mma) == 2 and "cvt.rn.f16.f32" not in to_f32 and "st.global.f32" in to_f32
 
 
+def test_float16_moves_sixteen_bytes_at_a_time_with_vec_8():
+    """VEC 8 (float16 only) copies a tile row's eight halves with one 16-byte cp.async (.cg, the L2-only form that
+    exists for 16 bytes alone). Register staging loads them as one vector too, which NVVM emits as two 8-byte
+    accesses (v4.u16): the interior path has no 2-byte loads or stores to shared memory."""
+    ptx = ptx_sample("fp16_vec8", "fp16_vec8_staged")
+    copies = re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^]]*\], \[[^]]*\], (\d+)", ptx["fp16_vec8"])
+    assert copies and set(copies) == {("cg", "16")}, set(copies)
+    staged = collections.Counter(re.findall(r"(?:ld|st)\.(?:global|shared)\.[\w.]+", ptx["fp16_vec8_staged"]))
+    assert "cp.async" not in ptx["fp16_vec8_staged"] and not staged["st.shared.u16"], staged
+    assert staged["ld.global.v4.u16"] and staged["st.shared.v4.u16"], staged
+
+
 def ptx_sample(*names: str) -> dict[str, str]:
     """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
     proc = run_compiler_script("ptx_sample.py", *names, timeout=300)

@@ -328,15 +328,19 @@ F16 = [({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "m
        ({**F16_MMA, "BM": 16, "BN": 32, "BK": 32, "TM": 2, "TN": 8, "VEC": 2, "EDGE": "clamp", "SPLIT_K": 2,
          "SPLIT_ADD": "last_block"}, "tn"),
        ({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 1, "ASYNC_STAGES": 3}, "nt"),
-       ({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "mmajor", "PREFETCH": 0}, "tt")]
+       ({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "mmajor", "PREFETCH": 0}, "tt"),
+       ({**F16_MMA, "BM": 32, "BN": 32, "BK": 32, "TM": 2, "TN": 4, "VEC": 8, "A_SMEM": "mmajor", "ASYNC_STAGES": 3,
+         "EDGE": "clamp"}, "nn"),
+       ({**F16_MMA, "BM": 32, "BN": 32, "BK": 32, "TM": 2, "TN": 4, "VEC": 8, "ASYNC_STAGES": 0}, "tn")]
 
 
 @pytest.mark.parametrize("params,layout", F16)
 def test_float16_tensor_core_variants(params, layout, rng):
+    """(VEC 8 moves 16 bytes at a time where a row's start allows it: the third shape's K and N are multiples of 8.)"""
     from autotune.problem import Problem
 
     k = build_kernel("matmul", params, "float16", layout=layout)
-    for shape in [(37, 29, 41), (17, 19, 1)]:
+    for shape in [(37, 29, 41), (17, 19, 1)] + ([(37, 24, 40)] if params["VEC"] == 8 else []):
         problem = Problem("matmul", shape, "float16", {"layout": layout})
         assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
 
