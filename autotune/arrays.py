@@ -12,6 +12,17 @@ def is_host(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
+def to_host(x: Any) -> np.ndarray:
+    """A copy on the host of any array accepted here: Numba (.copy_to_host()), CuPy (.get()), PyTorch (.cpu())
+    or NumPy."""
+    for method in ("copy_to_host", "get"):
+        if hasattr(x, method):
+            return np.asarray(getattr(x, method)())
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy()
+    return np.asarray(x)
+
+
 def to_device(x: Any, name: str):
     """A Numba device array viewing ``x``, or for a NumPy array a copy of it on the GPU in the same layout.
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from . import arrays
 from .build import build_kernel
 from .compiler import ResourceReport
 from .device import current_device
@@ -62,20 +63,10 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
         try:
             t = bench(call, flush=flusher)
             rows.append({"name": name, "timing": t,
-                         "accuracy": problem.impl.result_error(problem, inst.time_host, host_copy(call()))})
+                         "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.to_host(call()))})
         except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
     return rows
-
-
-def host_copy(x) -> np.ndarray:
-    """A peer's result on the host: CuPy (.get()), PyTorch (.cpu()), Numba (.copy_to_host()) or NumPy."""
-    for method in ("copy_to_host", "get"):
-        if hasattr(x, method):
-            return np.asarray(getattr(x, method)())
-    if hasattr(x, "cpu"):
-        return x.cpu().numpy()
-    return np.asarray(x)
 
 
 def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:

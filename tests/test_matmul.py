@@ -428,7 +428,8 @@ def test_the_bench_reports_each_contenders_error_against_float64(rng):
     """matmul's result_error is the relative error of sampled rows against the float64 product of the same
     operands: 0 for the exact product, that of float32 rounding for a float32 result, of float16 rounding for a
     float16 one; the bench's table gets an error column, which families without errors (reductions) do not."""
-    from autotune.bench import _section, host_copy
+    from autotune.arrays import to_host
+    from autotune.bench import _section
     from autotune.device import DeviceInfo
     from autotune.problem import Problem
     from autotune.timing import Timing
@@ -440,7 +441,7 @@ def test_the_bench_reports_each_contenders_error_against_float64(rng):
     half = problem.impl.result_error(problem, (A, B), exact.astype(np.float16))
     single = problem.impl.result_error(problem, (A, B), exact.astype(np.float32))
     assert 1e-4 < half < 1e-3 and 1e-8 < single < 1e-7
-    np.testing.assert_array_equal(host_copy(cuda.to_device(exact)), exact)
+    np.testing.assert_array_equal(to_host(cuda.to_device(exact)), exact)
     timing = Timing(median_ms=1.0, p20_ms=0.9, p80_ms=1.1, reps=10)
     device = DeviceInfo("GPU", (9, 0), 132, 50 << 20)
     rows = [{"name": "autotune", "timing": timing, "registers": 64, "local": 0, "accuracy": half},
