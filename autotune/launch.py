@@ -12,6 +12,7 @@ slower but the same computation.
 from __future__ import annotations
 
 import functools
+import sys
 import threading
 from typing import Any, Callable
 
@@ -19,6 +20,7 @@ from . import arrays
 from .streams import stream_key
 
 MAX_PLANS = 32
+SIMULATOR_SWITCH_S = 5e-4  # seconds; 1e-4 to 1e-3 measured alike, the default 5e-3 3-5x slower
 DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
 
@@ -45,11 +47,25 @@ def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, str
     grid was configured last; there it is a function that configures at each launch. ``shared`` bytes of dynamic
     shared memory above the default 48 KB are opted into before the first launch."""
     if simulator:
-        return lambda *args: kernel[grid, block, 0, shared](*args)
+        return lambda *args: _simulate(kernel[grid, block, 0, shared], args)
     configured = kernel[grid, block, stream, shared]
     if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
         configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
     return configured
+
+
+def _simulate(configured, args):
+    """One launch in Numba's CUDA simulator, with the interpreter switching threads every SIMULATOR_SWITCH_S.
+
+    The simulator runs each GPU thread as a Python thread, and its block manager polls them in a loop to find
+    when all have reached a barrier; at the default switch interval (5 ms) every barrier and warp shuffle
+    waits whole intervals for the threads to be scheduled, and kernels with many of them run 3-5x slower."""
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(min(interval, SIMULATOR_SWITCH_S))
+    try:
+        return configured(*args)
+    finally:
+        sys.setswitchinterval(interval)
 
 
 def elementwise(kernel, size: int, simulator: bool, stream=0):

@@ -53,3 +53,31 @@ def test_a_replayed_split_k_matmul_plan_clears_its_output_first():
     for _ in range(2):  # a second replay must not add onto the first result
         plan()
         assert np.array_equal(C.copy_to_host(), A.astype(np.float64) @ B)
+
+
+def test_a_simulated_launch_switches_threads_often_and_restores_the_interval_after():
+    """The simulator's barriers wait for thread switches: its launches run with a short switch interval, and the
+    process's own interval is back afterwards, also when the kernel raises."""
+    import sys
+
+    import pytest
+
+    from autotune.launch import SIMULATOR_SWITCH_S, configure
+
+    seen = []
+
+    @cuda.jit
+    def record(fail):
+        cuda.syncthreads()
+        seen.append(sys.getswitchinterval())
+        if fail[0]:
+            raise ValueError("kernel failed")
+
+    before = sys.getswitchinterval()
+    assert before > SIMULATOR_SWITCH_S
+    launch = configure(record, 2, 4, simulator=True)
+    launch(np.zeros(1, np.int32))
+    assert seen == [SIMULATOR_SWITCH_S] * 8 and sys.getswitchinterval() == before
+    with pytest.raises(ValueError, match="kernel failed"):
+        launch(np.ones(1, np.int32))
+    assert sys.getswitchinterval() == before
