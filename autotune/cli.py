@@ -163,7 +163,9 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     _dtype_arg(p)
     p.add_argument("--device", default="0", help="GPU index, or several: 0,1 (one worker per GPU, one study)")
     p.add_argument("--trials", type=_positive_int, help="measured variants per shape (default 60; 6 in the simulator)")
-    p.add_argument("--timeout", type=_positive_float, help="stop sampling after this many seconds per shape")
+    p.add_argument("--timeout", type=_positive_float,
+                   help="end each shape after about this many seconds: what is compiled is measured, compiles "
+                        "still running are queued for the next run")
     p.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid", "cmaes"])
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
     p.add_argument("--storage", help="Optuna storage URL shared by several tuners, e.g. "

@@ -156,6 +156,7 @@ class Tuner:
         self._seen: dict[str, int] = {}
         self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
         self._stopping = threading.Event()
+        self._time_up = threading.Event()  # the run's time limit passed: compiles still running are not waited for
         self._grid: Iterator[dict[str, Any]] | None = None
         self._rng = random.Random(config.seed)
 
@@ -355,6 +356,12 @@ class Tuner:
     def _feed(self, pool, compiled: queue.Queue, deadline: float | None) -> None:
         asks = 0
         while True:
+            if deadline and time.monotonic() > deadline:
+                self.report("time limit reached; measuring what is compiled, queueing the rest for later")
+                self._time_up.set()
+                self._requeue_waiting(compiled)
+                self._wait_for_flight()
+                return
             with self._lock:
                 measured, failed, _ = self._counts()
                 busy = len(self._flight)
@@ -363,26 +370,25 @@ class Tuner:
                     return
                 time.sleep(0.05)
                 continue
-            if deadline and time.monotonic() > deadline:
-                self.report("time limit reached; finishing the trials on the GPUs, queueing the rest for later")
-                self._requeue_waiting(compiled)
-                while True:
-                    with self._lock:
-                        if not self._flight:
-                            return
-                    time.sleep(0.05)
             asked = self.ask()
             asks += 1
             if asked is None or asks > 50 * self.config.trials:
                 self.report("the search space is exhausted (every sample was invalid or seen already)")
-                while self._flight:
-                    time.sleep(0.05)
+                self._wait_for_flight()
                 return
             trial, config = asked
             with self._lock:
                 self._flight[trial.number] = (trial, config)
             the_job = job_for(self.problem, config, self.config.space_path)
             compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
+
+    def _wait_for_flight(self) -> None:
+        """Until the GPU threads have told (or queued again) every trial in flight."""
+        while True:
+            with self._lock:
+                if not self._flight:
+                    return
+            time.sleep(0.05)
 
     def _requeue_waiting(self, compiled: queue.Queue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
@@ -439,12 +445,17 @@ class Tuner:
             with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
                 if self._stopping.is_set():  # what an interruption cut short is not an outcome
                     continue
+                if outcome is None:  # the time limit passed while it compiled: measured first next run
+                    self._requeue(trial, config)
+                    continue
                 try:
                     self.tell(trial, replace(outcome, gpu=worker.device))
                 finally:
                     self._flight.pop(trial.number, None)
 
-    def _evaluate(self, worker: Worker, the_job, future) -> Outcome:
+    def _evaluate(self, worker: Worker, the_job, future) -> Outcome | None:
+        """The trial's outcome; None where its compile was still running when the run stopped or its time was
+        up (nothing to tell)."""
         try:
             built = self._compiled(future)
         except cf.TimeoutError:
@@ -453,7 +464,7 @@ class Tuner:
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
         if built is None:
-            return Outcome(ok=False, stage="run", reason="interrupted")  # not told: the run is stopping
+            return None
         if not built.ok:
             return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
         resources = built.resources
@@ -469,10 +480,11 @@ class Tuner:
 
     def _compiled(self, future):
         """The compile's result, waited for in short slices so that an interruption is seen at once, whatever
-        state the stopped pool leaves the future in; None once the run is stopping. Raises
-        ``concurrent.futures.TimeoutError`` after the compile timeout."""
+        state the stopped pool leaves the future in; None once the run is stopping or its time limit has
+        passed (a run asked to end in T seconds does not wait up to the compile timeout for compiles it started
+        before T). Raises ``concurrent.futures.TimeoutError`` after the compile timeout."""
         deadline = time.monotonic() + self.config.compile_timeout_s
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not (self._time_up.is_set() and not future.done()):
             try:
                 return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             except cf.TimeoutError:

@@ -384,3 +384,27 @@ def test_waiting_for_a_compile_ends_at_its_timeout_or_at_once_when_the_run_stops
     start = time.monotonic()
     assert tuner._compiled(never) is None
     assert time.monotonic() - start < 3
+    tuner._stopping.clear()
+    tuner._time_up.set()  # past the run's time limit: a finished compile is still measured, a running one not
+    assert tuner._compiled(done) == "built"
+    start = time.monotonic()
+    assert tuner._compiled(never) is None
+    assert time.monotonic() - start < 1
+
+
+def test_past_its_time_limit_a_run_queues_the_compiles_still_running_for_the_next(tmp_path, monkeypatch):
+    """--timeout bounds the run: a variant whose compile has not finished is queued again (measured first next
+    time), not waited for up to the compile timeout."""
+    monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(HERE / "faulty_templates"))
+    space = tmp_path / "space.yaml"
+    space.write_text((HERE / "faulty_space.yaml").read_text().replace("[32, 64, 128, 256, 512]", "[1024]"))
+    config = TuneConfig(trials=1, sampler="grid", state_dir=tmp_path, space_path=str(space), compile_workers=1,
+                        timeout_s=2, compile_timeout_s=60, baseline=False)
+    start = time.monotonic()
+    result = Tuner(Problem("reduce", (37,), "float32", {"op": "sum"}), config, current_device(),
+                   report=lambda line: None).run()
+    assert time.monotonic() - start < 30
+    assert (result.measured, result.failed) == (0, 0)
+    trials = optuna.load_study(study_name=result.study_name, storage=journal(tmp_path)).trials
+    assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]  # no stage: not counted as failed
+    assert "stage" not in trials[0].user_attrs and trials[1].system_attrs["fixed_params"] == trials[0].params
