@@ -7,10 +7,12 @@ replays it with one cuda.core launch per kernel: no typing, no checks, no alloca
 
 Packing uses two internals of numba-cuda's kernel object (``_prepare_args`` and ``_codelibrary``); where they are
 missing (the CUDA simulator, another numba-cuda) a launch is replayed through the dispatcher instead, which is
-slower but the same computation.
+slower but the same computation. A plan can be moved to a new output (``Plan.moved``) where each array's data
+pointer is found where numba-cuda 0.30 packs it (checked at each packing).
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 import threading
@@ -39,6 +41,64 @@ class Plan:
 
     def __len__(self) -> int:
         return len(self._steps)
+
+    @classmethod
+    def joined(cls, plans: list["Plan"], out) -> "Plan":
+        """The plans' launches one after the other, as one plan that returns ``out``."""
+        return cls([step for plan in plans for step in plan._steps], out)
+
+    def moved(self, old_pointer: int, nbytes: int, new) -> "Plan | None":
+        """The same launches writing the device array ``new`` where they wrote the ``nbytes`` from ``old_pointer``
+        (an output of the same size): every pointer into that memory points at the same offset of ``new``. So a
+        call that returns a fresh output each time replays a plan too, instead of a checked call. (The old output
+        need not be alive: every other pointer of the plan was allocated while it was.) None where a step holds
+        arrays rather than pointers (the simulator's launches, a copy between arrays)."""
+        delta = arrays.device_pointer(new) - old_pointer
+        steps = [step.moved(old_pointer, old_pointer + nbytes, delta) if isinstance(step, (PackedLaunch, Memset))
+                 else None for step in self._steps]
+        return None if None in steps else Plan(steps, new)
+
+
+@dataclasses.dataclass(frozen=True)
+class PackedLaunch:
+    """One kernel launch with its arguments packed (cuda.core): ``pointers`` are the positions in ``packed`` of
+    the arrays' data pointers (None where they could not be told)."""
+
+    launch: Callable  # cuda.core.launch
+    stream: Any
+    config: Any
+    function: Any
+    packed: tuple
+    pointers: tuple[int, ...] | None
+
+    def __call__(self):
+        self.launch(self.stream, self.config, self.function, *self.packed)
+
+    def moved(self, lo: int, hi: int, delta: int) -> "PackedLaunch | None":
+        """This launch with its array pointers that lie in [lo, hi) moved by ``delta`` bytes."""
+        if self.pointers is None:
+            return None
+        packed = list(self.packed)
+        for i in self.pointers:
+            if lo <= packed[i] < hi:
+                packed[i] += delta
+        return dataclasses.replace(self, packed=tuple(packed))
+
+
+@dataclasses.dataclass(frozen=True)
+class Memset:
+    """``words`` 32-bit zeros written from ``pointer`` on ``stream`` (a driver memset)."""
+
+    memset: Callable  # the driver's cuMemsetD32Async
+    pointer: int
+    words: int
+    stream: int
+
+    def __call__(self):
+        self.memset(self.pointer, 0, self.words, self.stream)
+
+    def moved(self, lo: int, hi: int, delta: int) -> "Memset":
+        return dataclasses.replace(self, pointer=self.pointer + delta) if lo <= self.pointer < hi else self
 
 
 def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0):
@@ -85,10 +145,9 @@ def zero(module, d, simulator: bool, stream=0) -> tuple:
     driver."""
     if simulator:
         return fill(module, d, 0, simulator)
-    from numba.cuda.cudadrv.driver import device_pointer, driver
+    from numba.cuda.cudadrv.driver import driver
 
-    words = d.size * d.dtype.itemsize // 4
-    return (functools.partial(driver.cuMemsetD32Async, device_pointer(d), 0, words, int(stream)),)
+    return (Memset(driver.cuMemsetD32Async, arrays.device_pointer(d), d.size * d.dtype.itemsize // 4, int(stream)),)
 
 
 def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
@@ -102,24 +161,40 @@ def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
 def bind(configured, args: tuple) -> Callable[[], Any]:
     """``configured(*args)`` (a Numba launch configuration and its arguments) as a call with nothing left to do
     but launch."""
+    if isinstance(configured, Memset):
+        return configured
     try:
         return _packed_launch(configured, args)
     except (AttributeError, TypeError, KeyError, ImportError):
         return functools.partial(configured, *args)
 
 
-def _packed_launch(configured, args: tuple) -> Callable[[], Any]:
+def _packed_launch(configured, args: tuple) -> PackedLaunch:
     from cuda.core import LaunchConfig, launch
+    from numba.core import types
 
     dispatcher = configured.dispatcher
     kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
     for callback in configured.pre_launch_callbacks:
         callback(kernel, configured)
     packed: list = []
+    pointers = []
     for ty, value in zip(kernel.argument_types, args):
+        start = len(packed)
         kernel._prepare_args(ty, value, configured.stream, [], packed)
+        if isinstance(ty, types.Array):
+            pointers.append(_data_pointer_position(packed, start, value))
     config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=configured.sharedmem)
-    return functools.partial(launch, configured.stream, config, kernel._codelibrary.get_cufunc().kernel, *packed)
+    return PackedLaunch(launch, configured.stream, config, kernel._codelibrary.get_cufunc().kernel, tuple(packed),
+                        None if None in pointers else tuple(pointers))
+
+
+def _data_pointer_position(packed: list, start: int, array) -> int | None:
+    """Where numba-cuda packed ``array``'s data pointer: after its meminfo, parent, size and itemsize; None (the
+    launch then cannot be moved to another output) where another numba-cuda packs arrays otherwise."""
+    position = start + 4
+    fits = position < len(packed) and packed[position] == arrays.device_pointer(array)
+    return position if fits else None
 
 
 class Planned:
@@ -149,14 +224,6 @@ class Planned:
         run()
         if target is not out:
             self._enqueue(functools.partial(out.copy_to_device, target, stream=stream))
-
-    def call_once(self, a, b, out, stream=0):
-        """The checked call ``(a, b, out=out)`` on ``stream`` without keeping a plan: for an output that is new at
-        every call, where a plan keyed by its pointer would be built (hundreds of microseconds) and never
-        replayed. Returns the output."""
-        result, run = self._prepare(a, b, out, stream)
-        run()
-        return result
 
     def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
         _recording.steps = steps = []

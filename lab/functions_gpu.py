@@ -1,10 +1,11 @@
 """On the GPU: the NumPy-style functions (autotune.sum/max/.../matmul) checked against NumPy, the caller's stream
 honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
 
-    python lab/functions_gpu.py [--quick] [--dtypes-only]     (needs CuPy and PyTorch; prints Markdown tables)
+    python lab/functions_gpu.py [--quick] [--dtypes-only] [--host-only]   (needs CuPy and PyTorch; Markdown tables)
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
-   NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks.
+   NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks; repeated calls without
+   ``out=`` (a kept plan moved onto each new output) right every time.
 2. Streams: a producer on a non-blocking PyTorch stream sleeps on the GPU, then writes ``x``; the sum of ``x``
    with ``stream=`` that stream, read after the stream synchronises, must be exact every time. The same
    without ``stream=`` shows whether it races (it runs on the legacy default stream, which a non-blocking
@@ -85,6 +86,37 @@ def check_matmul(rng) -> list[str]:
     return failures
 
 
+def check_new_outputs(rng) -> list[str]:
+    """Calls without ``out=`` replay a plan moved onto a new array each time: every result right for the data of
+    its own call, and the earlier results left as they were (reductions along each axis, matmul with split-K
+    entries of the suite)."""
+    failures = []
+    cases = [("sum", (1 << 20,), None), ("sum", (1031, 2053), 1), ("max", (1031, 2053), 0),
+             ("sum", (64, 100, 33), 1), ("matmul", (1024, 1024, 1024), None), ("matmul", (127, 3000, 511), None),
+             ("matmul", (4096, 4096, 256), None), ("matmul", (8192, 128, 8192), None)]
+    for op, shape, axis in cases:
+        if op == "matmul":
+            M, N, K = shape
+            data = [rng.integers(-4, 5, (M, K)).astype(np.float32) for _ in range(3)]
+            B = rng.integers(-4, 5, (K, N)).astype(np.float32)
+            d, dB = cuda.to_device(data[0]), cuda.to_device(B)
+            want = [a.astype(np.float64) @ B for a in data]
+            call = lambda: autotune.matmul(d, dB)  # noqa: E731
+        else:
+            data = [rng.integers(-8, 9, shape).astype(np.float32) for _ in range(3)]
+            d = cuda.to_device(data[0])
+            want = [getattr(np, op)(x.astype(np.float64), axis=axis) for x in data]
+            call = lambda: getattr(autotune, op)(d, axis=axis)  # noqa: E731
+        results = []
+        for x in data:
+            d.copy_to_device(x)
+            results.append(call())
+        for i, (got, ref) in enumerate(zip(results, want)):
+            if not np.array_equal(got.copy_to_host(), ref):
+                failures.append(f"new output {op} {shape} axis={axis} call {i + 1}")
+    return failures
+
+
 def stream_race(iterations: int) -> dict[str, int]:
     import torch
 
@@ -124,6 +156,13 @@ def host_times(rng) -> list[tuple[str, float]]:
             ("autotune.matmul(A, A, out=C), 1024^3", per_call_us(lambda: autotune.matmul(A, A, out=C), 500)),
             ("cupy.matmul(A, A), 1024^3", per_call_us(lambda: cp.matmul(A, A), 500)),
             ("torch.matmul(tA, tA), 1024^3", per_call_us(lambda: torch.matmul(tA, tA), 500))]
+
+
+def print_host_times(rng) -> None:
+    host = host_times(rng)
+    print("\n| call (device arrays) | host us per call |\n| --- | --- |")
+    for name, us in host:
+        print(f"| {name} | {us:.1f} |")
 
 
 def axis_bench(rng) -> list[tuple]:
@@ -226,20 +265,23 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="fewer shapes in the checks")
     parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
     parser.add_argument("--dtypes-only", action="store_true", help="only part 5: int32, int64 and float16")
+    parser.add_argument("--host-only", action="store_true", help="only the new-output checks and part 3")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     warnings.simplefilter("ignore", autotune.TunedKernelWarning)
     if args.dtypes_only:
         return 1 if print_narrow(rng) else 0
     t0 = time.time()
-    failures = check_reductions(rng, args.quick) + check_matmul(rng)
+    failures = check_new_outputs(rng)
+    if not args.host_only:
+        failures += check_reductions(rng, args.quick) + check_matmul(rng)
     print(f"checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
+    if args.host_only:
+        print_host_times(rng)
+        return 1 if failures else 0
     race = stream_race(args.iterations)
     print(f"stream test, wrong results of {args.iterations}: {race}", flush=True)
-    host = host_times(rng)
-    print("\n| call (device arrays) | host us per call |\n| --- | --- |")
-    for name, us in host:
-        print(f"| {name} | {us:.1f} |")
+    print_host_times(rng)
     rows = axis_bench(rng)
     print("\n| shape | axis | correct | autotune GB/s | cupy GB/s | torch GB/s | autotune vs cupy |\n"
           "| --- | --- | --- | --- | --- | --- | --- |")

@@ -2,14 +2,16 @@
 every axis (negative, tuples), keepdims, transposed views, stacks of matrices, NaN-poisoned outputs, the empty
 and refused cases, and streams."""
 import warnings
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from numba import cuda
 
 import autotune
-from autotune import streams
+from autotune import arrays, streams
 from autotune.families import functions
+from autotune.launch import Memset, PackedLaunch, Plan
 from checks import assert_matmul_close, poisoned, small_integers
 
 OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
@@ -318,16 +320,53 @@ class _Interfaced:
                                          "version": 3, "stream": stream}
 
 
+def _logged_launch(log: list) -> PackedLaunch:
+    """A launch of a reduction of the array at 4096 into the output at 8192, packed as numba-cuda packs arrays
+    (meminfo, parent, size, itemsize, pointer, shape, strides), logging the arguments it would launch with."""
+    return PackedLaunch(lambda stream, config, function, *packed: log.append(packed), 0, None, "kernel",
+                        (0, 0, 4, 4, 4096, 4, 4, 0, 0, 1, 4, 8192, 1, 4), pointers=(4, 11))
+
+
 def test_repeated_device_calls_with_out_replay_the_kept_launches():
-    calls = []
+    log = []
     x, out = _Interfaced(4096), _Interfaced(8192)
-    first = functions._Replay(("reduce", "sum", None, False, None), (x, None), out, 0)
-    assert not first.done()
-    first.keep(lambda: lambda: calls.append("launched"))
-    again = functions._Replay(("reduce", "sum", None, False, None), (x, None), out, 0)
-    assert again.done() and calls == ["launched"]
-    for other in ((("reduce", "max", None, False, None), (x, None), out),      # another op
-                  (("reduce", "sum", None, False, None), (_Interfaced(4100), None), out),  # other memory
-                  (("reduce", "sum", None, False, None), (x, None), None)):    # a new output each call
-        assert not functions._Replay(*other, 0).done()
-    assert functions._Replay(("reduce", "sum", None, False, None), (np.ones(4), None), out, 0).key is None
+    call = ("reduce", "sum", None, False, None)
+    first = functions._Replay(call, (x, None), out, 0)
+    assert first.result() is None
+    first.run(Plan([_logged_launch(log)], out), out)
+    assert functions._Replay(call, (x, None), out, 0).result() is out and log[0] == log[1]
+    for other in (((("reduce", "max", None, False, None), (x, None), out)),      # another op
+                  (call, (_Interfaced(4100), None), out)):                        # other memory
+        assert functions._Replay(*other, 0).result() is None
+    assert functions._Replay(call, (np.ones(4), None), out, 0).key is None
+
+
+def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_moved_plan():
+    """Callers keep results, so each call returns a new array; the kept plan's pointers into the first output
+    are moved onto it, the inputs' pointers are not."""
+    log = []
+    x, first_out = _Interfaced(4096), cuda.device_array(1, np.float32)
+    call = ("reduce", "dot", None, False, None)
+    launch = _logged_launch(log)
+    launch = replace(launch, packed=launch.packed[:11] + (arrays.device_pointer(first_out),) + launch.packed[12:])
+    functions._Replay(call, (x, None), None, 0).run(Plan([launch], first_out), first_out)
+    results = [functions._Replay(call, (x, None), None, 0).result() for _ in range(2)]
+    assert results[0] is not results[1] and all(r is not first_out for r in results)
+    assert [packed[11] for packed in log] == [arrays.device_pointer(d) for d in [first_out, *results]]
+    assert {packed[4] for packed in log} == {4096}
+    assert all(r.shape == (1,) and r.dtype == np.float32 for r in results)
+    # a plan whose launches hold arrays (the simulator's) is not kept for new outputs
+    other = ("reduce", "max", None, False, None)
+    functions._Replay(other, (x, None), None, 0).run(Plan([lambda: None], first_out), first_out)
+    assert functions._Replay(other, (x, None), None, 0).result() is None
+
+
+def test_a_moved_launch_moves_only_pointers_into_the_old_output():
+    launch = _logged_launch([])
+    moved = launch.moved(8192, 8192 + 16, 100_000)
+    assert moved.packed == launch.packed[:11] + (108_192,) + launch.packed[12:]
+    assert launch.moved(8000, 8100, 5).packed == launch.packed  # no pointer in that memory; shapes untouched
+    assert replace(launch, pointers=None).moved(8192, 8208, 5) is None  # pointers not found when packed
+    zero = Memset(print, 8200, 2, 0)
+    assert zero.moved(8192, 8208, 10).pointer == 8210 and zero.moved(0, 8192, 10) is zero
+    assert Plan([launch, zero, lambda: None], None).moved(8192, 16, cuda.device_array(4, np.float32)) is None

@@ -20,11 +20,13 @@ from __future__ import annotations
 import math
 import operator
 import threading
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from .. import arrays, streams
+from ..launch import Plan
 from ..streams import as_stream, stream_key
 from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
@@ -33,7 +35,7 @@ __all__ = ["sum", "max", "min", "nanmax", "nanmin", "dot", "matmul"]
 
 MAX_REPLAYS = 256
 _kernels: dict[tuple, Any] = {}
-_replays: dict[tuple, Callable[[], Any]] = {}
+_replays: dict[tuple, tuple[Plan, Any]] = {}
 _lock = threading.Lock()
 
 
@@ -92,8 +94,8 @@ def matmul(A, B, *, out=None, dtype=None, stream=None, precision: str = "ieee"):
 def _matmul(A, B, out, stream, host: bool, precision: str = "ieee", requested=None):
     launch_stream = as_stream(stream)
     replay = _Replay(("matmul", precision, requested), (A, B), out, launch_stream)
-    if replay.done():
-        return out
+    if (replayed := replay.result()) is not None:
+        return replayed
     dA, dB = _device(A, "A"), _device(B, "B")
     dtype = _same_dtype("matmul", "matmul", dA, dB)
     out_dtype = _matmul_out_dtype(dtype, requested)
@@ -118,40 +120,22 @@ def _matmul(A, B, out, stream, host: bool, precision: str = "ieee", requested=No
     if math.prod(batch) and M and N and not K:
         _zero(c3, launch_stream)
     elif math.prod(batch) and M and N:
-        calls = []
+        plans = []
         for index in np.ndindex(*batch):
             a, b = _stacked(a2, index, batch), _stacked(b2, index, batch)
             kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"),
                              precision=precision, out_dtype=args["out_dtype"])
-            calls.append((kernel, a, b, c3[index] if index else c3))
-        for kernel, a, b, c in calls:
-            _call(kernel, a, b, c, out, launch_stream)
-        replay.keep(lambda: _in_turn([k.bind(a, b, out=c, stream=launch_stream) for k, a, b, c in calls]))
+            plans.append(kernel.bind(a, b, out=c3[index] if index else c3, stream=launch_stream))
+        replay.run(Plan.joined(plans, result), result)
     return _returned(result, host, out, scalar=shape == ())
-
-
-def _call(kernel, a, b, target, out, stream) -> None:
-    """``kernel(a, b, out=target)``: through its plans where the caller gave ``out`` (the same memory again next
-    time), else checked once (a new output every call)."""
-    if out is not None:
-        kernel(*((a,) if b is None else (a, b)), out=target, stream=stream)
-    else:
-        kernel.call_once(a, b, target, stream)
-
-
-def _in_turn(plans: list) -> Callable[[], None]:
-    def run():
-        for plan in plans:
-            plan()
-    return run
 
 
 # -- reductions -----------------------------------------------------------------------------------
 def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: bool | None = None):
     launch_stream = as_stream(stream)
     replay = _Replay(("reduce", op, _hashable(axis), keepdims, dtype), (x, y), out, launch_stream)
-    if replay.done():
-        return out
+    if (replayed := replay.result()) is not None:
+        return replayed
     if host is None:
         host = arrays.is_host(x) and (y is None or arrays.is_host(y))
     d = _device(x, "x")
@@ -180,42 +164,77 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
         kernel = _kernel("reduce", problem_shape, dtype_name, op=op, axis=family_axis)
         inputs = [base.reshape(problem_shape)] + ([y_base.reshape(problem_shape)] if y_base is not None else [])
         target = arrays.flat(result, order=order).reshape(result_shape(problem_shape, family_axis))
-        _call(kernel, inputs[0], inputs[1] if len(inputs) > 1 else None, target, out, launch_stream)
-        replay.keep(lambda: kernel.bind(*inputs, out=target, stream=launch_stream))
+        replay.run(kernel.bind(*inputs, out=target, stream=launch_stream), result)
     elif outer * inner:
         _zero(result, launch_stream)
     return _returned(result, host, out, scalar=not keepdims and len(answer_shape) == 0)
 
 
 class _Replay:
-    """Repeated calls on the same device arrays with ``out=`` (same pointers, shapes, strides, dtypes, arguments
-    and stream) replay the launches of the first call: no conversions, checks or lookups, only the launches
-    (launch.Plan) and, where an array names a producer stream other than the launch stream, the wait for it."""
+    """Repeated calls on the same device arrays (same pointers, shapes, strides, dtypes, arguments and stream)
+    replay the launches of the first call: no conversions, checks or lookups, only the launches (launch.Plan)
+    and, where an array names a producer stream other than the launch stream, the wait for it. With ``out=`` the
+    plan writes ``out`` again; without, each call gets a new array (callers keep their results) and the plan is
+    moved onto it (``Plan.moved``), where its launches allow that (not in the simulator)."""
 
     def __init__(self, call: tuple, inputs: tuple, out, stream):
         self.stream = stream
+        self.out = out
         self.interfaces = [None if v is None else getattr(v, "__cuda_array_interface__", False)
                            for v in (*inputs, out)]
-        found = arrays.interfaces_key(self.interfaces) if out is not None else None
+        found = arrays.interfaces_key(self.interfaces)
         self.key = None if found is None else (call, found, stream_key(stream))
 
-    def done(self) -> bool:
-        """Replayed the call if it was kept (then the output is written, as far as the stream goes)."""
-        plan = _replays.get(self.key) if self.key is not None else None
-        if plan is None:
-            return False
+    def result(self):
+        """The call's output, replayed, if the call was kept (written as far as the stream goes); else None."""
+        kept = _replays.get(self.key) if self.key is not None else None
+        if kept is None:
+            return None
+        plan, written = kept
         self.follow()
-        plan()
-        return True
+        if self.out is not None:
+            plan()
+            return self.out
+        new = written.new()
+        plan.moved(written.pointer, written.nbytes, new)()
+        return new
 
     def follow(self) -> None:
         streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
 
-    def keep(self, make: Callable[[], Callable[[], Any]]) -> None:
-        if self.key is not None:
-            if len(_replays) >= MAX_REPLAYS:
-                _replays.clear()
-            _replays[self.key] = make()
+    def run(self, plan: Plan, result) -> None:
+        """Run the first call's plan, which writes ``result``, and keep it for the next (a plan for a new output
+        only where it can be moved)."""
+        plan()
+        if self.key is None:
+            return
+        written = None if self.out is not None else _Written.of(result)
+        if written is None or plan.moved(written.pointer, written.nbytes, result) is not None:
+            with _lock:
+                if len(_replays) >= MAX_REPLAYS:
+                    _replays.clear()
+                _replays[self.key] = (plan, written)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """Where a kept plan wrote its output, and the output's form (a new one is made like it)."""
+
+    pointer: int
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    order: str
+
+    @classmethod
+    def of(cls, d) -> "_Written":
+        order = "C" if arrays.is_c_contiguous(d) else "F"
+        return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order)
+
+    def new(self):
+        from numba import cuda
+
+        return cuda.device_array(self.shape, dtype=self.dtype, order=self.order)
 
 
 def _hashable(axis):
