@@ -18,6 +18,8 @@ import sys
 import threading
 from typing import Any, Callable
 
+import numpy as np
+
 from . import arrays
 from .streams import stream_key
 
@@ -54,9 +56,43 @@ class Plan:
         need not be alive: every other pointer of the plan was allocated while it was.) None where a step holds
         arrays rather than pointers (the simulator's launches, a copy between arrays)."""
         delta = arrays.device_pointer(new) - old_pointer
-        steps = [step.moved(old_pointer, old_pointer + nbytes, delta) if isinstance(step, (PackedLaunch, Memset))
-                 else None for step in self._steps]
-        return None if None in steps else Plan(steps, new)
+        if not self.movable:
+            return None
+        return Plan([step.moved(old_pointer, old_pointer + nbytes, delta) for step in self._steps], new)
+
+    @property
+    def movable(self) -> bool:
+        """Whether ``moved`` can move every step: launches whose array pointers were found, and memsets."""
+        return all(isinstance(step, Memset) or (isinstance(step, PackedLaunch) and step.pointers is not None)
+                   for step in self._steps)
+
+
+@dataclasses.dataclass(frozen=True)
+class Written:
+    """Where a kept plan wrote its output, and the output's form: what ``Plan.moved`` needs, and the form of the
+    new array each later call gets (the first output itself is not kept alive)."""
+
+    pointer: int
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    order: str
+
+    @classmethod
+    def of(cls, d) -> "Written":
+        order = "C" if arrays.is_c_contiguous(d) else "F"
+        return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order)
+
+    def new(self):
+        from numba import cuda
+
+        return cuda.device_array(self.shape, dtype=self.dtype, order=self.order)
+
+    def replay(self, plan: Plan):
+        """``plan``, which wrote this output, run onto a new array; the new array."""
+        new = self.new()
+        plan.moved(self.pointer, self.nbytes, new)()
+        return new
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,10 +110,8 @@ class PackedLaunch:
     def __call__(self):
         self.launch(self.stream, self.config, self.function, *self.packed)
 
-    def moved(self, lo: int, hi: int, delta: int) -> "PackedLaunch | None":
-        """This launch with its array pointers that lie in [lo, hi) moved by ``delta`` bytes."""
-        if self.pointers is None:
-            return None
+    def moved(self, lo: int, hi: int, delta: int) -> "PackedLaunch":
+        """This launch with its array pointers that lie in [lo, hi) moved by ``delta`` bytes (``pointers`` known)."""
         packed = list(self.packed)
         for i in self.pointers:
             if lo <= packed[i] < hi:
@@ -199,7 +233,8 @@ def _data_pointer_position(packed: list, start: int, array) -> int | None:
 
 class Planned:
     """Mixin of the kernel classes: launches go through ``_enqueue``, so a checked call can be recorded as a Plan,
-    and calls with device arrays and ``out=`` are served from plans kept per (pointers, shapes, dtypes)."""
+    and calls with device arrays are served from plans kept per (pointers, shapes, dtypes): with ``out=`` the plan
+    writes ``out`` again, without it the first such call's plan is moved onto a new array each time."""
 
     def _enqueue(self, configured, *args) -> None:
         steps = getattr(_recording, "steps", None)
@@ -238,6 +273,33 @@ class Planned:
         out, run = prepared
         return Plan(self._record(run), out)
 
+    def _replayed_new(self, inputs: tuple, stream):
+        """A new output computed by the kept plan of an earlier call on these device arrays and stream without
+        ``out=``; None where there is none."""
+        key = _new_output_key(inputs, stream)
+        kept = self.__dict__.get("_plans", {}).get(key) if key is not None else None
+        return None if kept is None else kept[1].replay(kept[0])
+
+    def _run_new(self, inputs: tuple, prepared: tuple, stream):
+        """Run a checked call that makes a new output (``prepared``: ``_prepare``'s result) and return the output;
+        on device arrays its plan is kept for the next such call where its launches can be moved."""
+        result, run = prepared
+        key = _new_output_key(inputs, stream)
+        if key is None:
+            run()
+            return result
+        plan = Plan(self._record(run), result)
+        plan()
+        if plan.movable:
+            self._keep(key, (plan, Written.of(result)))
+        return result
+
+    def _keep(self, key: tuple, value) -> None:
+        plans = self.__dict__.setdefault("_plans", {})
+        if len(plans) >= MAX_PLANS:
+            plans.clear()
+        plans[key] = value
+
     def _plan_for(self, inputs: tuple, out, make: Callable[[], Plan], stream=0) -> Plan | None:
         """The plan for a call on exactly these device arrays and stream (None when one of them is a host
         array)."""
@@ -245,10 +307,13 @@ class Planned:
         if key is None:
             return None
         key += (stream_key(stream),)
-        plans = self.__dict__.setdefault("_plans", {})
-        plan = plans.get(key)
+        plan = self.__dict__.get("_plans", {}).get(key)
         if plan is None:
-            if len(plans) >= MAX_PLANS:
-                plans.clear()
-            plan = plans[key] = make()
+            plan = make()
+            self._keep(key, plan)
         return plan
+
+
+def _new_output_key(inputs: tuple, stream) -> tuple | None:
+    key = arrays.plan_key(*inputs)
+    return None if key is None else key + (stream_key(stream), "new output")

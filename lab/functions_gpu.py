@@ -5,7 +5,7 @@ honoured, host time per call, and (outer, R, inner) reductions against CuPy and 
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
    NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks; repeated calls without
-   ``out=`` (a kept plan moved onto each new output) right every time.
+   ``out=`` (a kept plan moved onto each new output) right every time, and so for a kernel object's calls.
 2. Streams: a producer on a non-blocking PyTorch stream sleeps on the GPU, then writes ``x``; the sum of ``x``
    with ``stream=`` that stream, read after the stream synchronises, must be exact every time. The same
    without ``stream=`` shows whether it races (it runs on the legacy default stream, which a non-blocking
@@ -114,6 +114,16 @@ def check_new_outputs(rng) -> list[str]:
         for i, (got, ref) in enumerate(zip(results, want)):
             if not np.array_equal(got.copy_to_host(), ref):
                 failures.append(f"new output {op} {shape} axis={axis} call {i + 1}")
+    kernel = autotune.get_best_kernel("matmul", (127, 3000, 511))  # a kernel object called without out=
+    A, B = (rng.integers(-4, 5, s).astype(np.float32) for s in ((127, 511), (511, 3000)))
+    dA, dB = cuda.to_device(A), cuda.to_device(B)
+    results = []
+    for i in range(3):
+        dA.copy_to_device(A + i)
+        results.append(kernel(dA, dB))
+    for i, got in enumerate(results):
+        if not np.array_equal(got.copy_to_host(), (A + i).astype(np.float64) @ B):
+            failures.append(f"new output, kernel object, call {i + 1}")
     return failures
 
 
@@ -148,7 +158,9 @@ def host_times(rng) -> list[tuple[str, float]]:
     A = cp.asarray(rng.standard_normal((1024, 1024)).astype(np.float32))
     C = cp.empty((1024, 1024), cp.float32)
     tA = torch.as_tensor(A, device="cuda")
+    k = autotune.get_best_kernel("reduce", (1 << 20,))
     return [("autotune.sum(x), 2^20", per_call_us(lambda: autotune.sum(x))),
+            ("get_best_kernel('reduce', (2^20,))(x)", per_call_us(lambda: k(x))),
             ("autotune.sum(x, out=r), 2^20", per_call_us(lambda: autotune.sum(x, out=r))),
             ("cupy.sum(x), 2^20", per_call_us(lambda: cp.sum(x))),
             ("torch.sum(t), 2^20", per_call_us(lambda: torch.sum(t))),

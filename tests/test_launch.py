@@ -4,7 +4,7 @@ from numba import cuda
 
 from autotune import build_kernel
 from autotune.arrays import plan_key
-from autotune.launch import Plan, bind
+from autotune.launch import Memset, Plan, Planned, bind
 
 
 class CudaArrayLike:
@@ -81,3 +81,38 @@ def test_a_simulated_launch_switches_threads_often_and_restores_the_interval_aft
     with pytest.raises(ValueError, match="kernel failed"):
         launch(np.ones(1, np.int32))
     assert sys.getswitchinterval() == before
+
+
+class _Zeroes(Planned):
+    """A stand-in kernel that makes a new output and zeroes it with a memset (a step that moves like a packed
+    launch), logging the pointer each memset writes."""
+
+    def __init__(self):
+        self.log = []
+        self.checked = 0  # checked calls (``_prepare``)
+
+    def _prepare(self, x):
+        from autotune.arrays import device_pointer
+
+        self.checked += 1
+        result = cuda.device_array(3, np.float32)
+        zero = Memset(lambda pointer, value, words, stream: self.log.append(pointer), device_pointer(result), 3, 0)
+        return result, lambda: self._enqueue(zero)
+
+    def __call__(self, x, stream=0):
+        if (result := self._replayed_new((x,), stream)) is not None:
+            return result
+        return self._run_new((x,), self._prepare(x), stream)
+
+
+def test_a_kernel_called_without_out_replays_its_first_plan_onto_a_new_output_each_time():
+    from autotune.arrays import device_pointer
+
+    k = _Zeroes()
+    x = CudaArrayLike(4096, (3,))
+    results = [k(x) for _ in range(3)]
+    assert len({id(r) for r in results}) == 3
+    assert k.log == [device_pointer(r) for r in results]  # each call wrote its own output
+    assert k.checked == 1 and len(k._plans) == 1  # the later two replayed the first call's plan
+    k(np.zeros(3))  # a host array: checked every call, nothing kept
+    assert k.checked == 2 and len(k._plans) == 1 and len(k.log) == 4

@@ -20,13 +20,12 @@ from __future__ import annotations
 import math
 import operator
 import threading
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .. import arrays, streams
-from ..launch import Plan
+from ..launch import Plan, Written
 from ..streams import as_stream, stream_key
 from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
@@ -195,9 +194,7 @@ class _Replay:
         if self.out is not None:
             plan()
             return self.out
-        new = written.new()
-        plan.moved(written.pointer, written.nbytes, new)()
-        return new
+        return written.replay(plan)
 
     def follow(self) -> None:
         streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
@@ -208,33 +205,11 @@ class _Replay:
         plan()
         if self.key is None:
             return
-        written = None if self.out is not None else _Written.of(result)
-        if written is None or plan.moved(written.pointer, written.nbytes, result) is not None:
+        if self.out is not None or plan.movable:
             with _lock:
                 if len(_replays) >= MAX_REPLAYS:
                     _replays.clear()
-                _replays[self.key] = (plan, written)
-
-
-@dataclass(frozen=True)
-class _Written:
-    """Where a kept plan wrote its output, and the output's form (a new one is made like it)."""
-
-    pointer: int
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: str
-    order: str
-
-    @classmethod
-    def of(cls, d) -> "_Written":
-        order = "C" if arrays.is_c_contiguous(d) else "F"
-        return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order)
-
-    def new(self):
-        from numba import cuda
-
-        return cuda.device_array(self.shape, dtype=self.dtype, order=self.order)
+                _replays[self.key] = (plan, None if self.out is not None else Written.of(result))
 
 
 def _hashable(axis):

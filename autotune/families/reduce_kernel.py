@@ -72,13 +72,17 @@ class ReduceKernel(Planned, Kernel):
                                                        stream)):
             plan()
             return out
-        result, run = self._prepare(x, y, out, stream)
-        run()
-        host = arrays.is_host(x) and (y is None or arrays.is_host(y)) and out is None
-        if host:
+        if out is not None:
+            _, run = self._prepare(x, y, out, stream)
+            run()
+            return out
+        if (result := self._replayed_new((x, y), stream)) is not None:
+            return result
+        result = self._run_new((x, y), self._prepare(x, y, out, stream), stream)
+        if arrays.is_host(x) and (y is None or arrays.is_host(y)):
             value = result.copy_to_host()
             return value[0] if self.axis is None else value
-        return out if out is not None else result
+        return result
 
     def bind(self, x, y=None, *, out=None, stream=None) -> Plan:
         """The call ``k(x[, y], out=out, stream=stream)`` checked once; calling the plan launches it again and
