@@ -55,9 +55,9 @@ class Plan:
         call that returns a fresh output each time replays a plan too, instead of a checked call. (The old output
         need not be alive: every other pointer of the plan was allocated while it was.) None where a step holds
         arrays rather than pointers (the simulator's launches, a copy between arrays)."""
-        delta = arrays.device_pointer(new) - old_pointer
         if not self.movable:
             return None
+        delta = arrays.device_pointer(new) - old_pointer
         return Plan([step.moved(old_pointer, old_pointer + nbytes, delta) for step in self._steps], new)
 
     @property

@@ -35,8 +35,8 @@ def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = Non
 class MatmulKernel(Planned, Kernel):
     """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts.
 
-    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
-    ``k.bind(A, B, out=C)`` returns that plan to call directly.
+    With device arrays a call after the first replays a prepared plan (see launch.py): into ``out=``, or onto a
+    new output; ``k.bind(A, B, out=C)`` returns the plan to call directly.
     """
 
     def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,

@@ -37,8 +37,8 @@ class ReduceKernel(Planned, Kernel):
     """A compiled reduction variant: ``k(x)``, ``k(x, axis=1)`` (as built), ``k(a, b)`` for dot. Built with
     ``axis=-2`` it takes an (outer, R, inner) array and returns (outer, inner).
 
-    With device arrays and ``out=`` a call after the first replays a prepared plan (see launch.py);
-    ``k.bind(x, out=r)`` returns that plan to call directly.
+    With device arrays a call after the first replays a prepared plan (see launch.py): into ``out=``, or onto a
+    new output; ``k.bind(x, out=r)`` returns the plan to call directly.
     """
 
     def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
