@@ -484,7 +484,9 @@ class Tuner:
         passed (a run asked to end in T seconds does not wait up to the compile timeout for compiles it started
         before T). Raises ``concurrent.futures.TimeoutError`` after the compile timeout."""
         deadline = time.monotonic() + self.config.compile_timeout_s
-        while not self._stopping.is_set() and not (self._time_up.is_set() and not future.done()):
+        while not self._stopping.is_set():
+            if self._time_up.is_set() and not future.done():
+                return None
             try:
                 return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
             except cf.TimeoutError:
