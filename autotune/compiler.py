@@ -123,12 +123,23 @@ def _number(pattern: str, text: str) -> int:
     return int(match.group(1))
 
 
+def target(cc: tuple[int, int]) -> tuple:
+    """The compute capability compiled for ahead of time: ``cc`` with the architecture-specific suffix "a" from
+    9.0 on, as numba-cuda compiles on such a GPU (sm_90a), so instructions only it has (wgmma) compile too."""
+    return (*cc[:2], "a") if tuple(cc[:2]) >= (9, 0) else tuple(cc[:2])
+
+
+def arch(cc: tuple[int, int]) -> str:
+    """The linker's name of ``target(cc)``: sm_90a for 9.0."""
+    return "sm_" + "".join(map(str, target(cc)))
+
+
 def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:
-    """The PTX of the kernel's Python function, with its launch bounds; no GPU needed."""
+    """The PTX of the kernel's Python function for ``target(cc)``, with its launch bounds; no GPU needed."""
     from numba import cuda
 
     options = getattr(dispatcher, "targetoptions", {})
-    ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=cc, launch_bounds=options.get("launch_bounds"))
+    ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=target(cc), launch_bounds=options.get("launch_bounds"))
     return ptx
 
 
@@ -148,7 +159,7 @@ def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
     ptx = ptx_of(dispatcher, signature, cc)
-    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=f"sm_{cc[0]}{cc[1]}", verbose=True))
+    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=arch(cc), verbose=True))
     linker.link("cubin")
     log = linker.get_info_log()
     return ResourceReport(

@@ -256,6 +256,11 @@ class KernelFamily(abc.ABC):
         matmul too small to fill the GPU)."""
         return []
 
+    def unfit_for(self, params: Mapping[str, Any], device: "DeviceInfo") -> str | None:
+        """Why a valid configuration cannot run on ``device`` (instructions its GPU lacks), or None; the tuner
+        prunes such configurations instead of compiling them."""
+        return None
+
     def seeds(self) -> list[tuple[str, dict[str, Any]]]:
         """Named seed configurations ``autotune bench`` times beside the tuned one."""
         return [("seed", dict(self.baseline))] if self.baseline else []

@@ -43,23 +43,27 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
 
 
 def fill_imports(source: str) -> str:
-    """Replace the header's import mark with imports of exactly the names the module uses: ``math``, Numba's
-    ``cuda`` and scalar types, and the intrinsics of ``autotune.intrinsics`` (code, not comments, counts)."""
+    """Replace the header's import mark with imports of exactly the names the module uses: ``math``, NumPy as
+    ``np`` (simulator renderings: stand-ins of tensor-core instructions), Numba's
+    ``cuda`` and scalar types, and the intrinsics of ``autotune.intrinsics`` and ``autotune.wgmma`` (code, not
+    comments, counts)."""
     if IMPORTS_MARK not in source:
         return source
-    from . import intrinsics
+    from . import intrinsics, wgmma
 
     used = _names(source) - _defined(source)
-    lines = ["import math", ""] if "math" in used else []
+    lines = [f"import {name}" for name in ("math",) if name in used] + (["import numpy as np"] if "np" in used else [])
+    lines += [""] if lines else []
     numba = [n for n in NUMBA_NAMES if n in used]
     if numba:
         lines.append(f"from numba import {', '.join(numba)}")
     types = [n for n in NUMBA_TYPES if n in used]
     if types:
         lines.append(f"from numba.types import {', '.join(types)}")
-    ours = sorted(n for n in used if n in intrinsics.__all__)
-    if ours:
-        lines += _wrapped("from autotune.intrinsics import ", ours)
+    for module in (intrinsics, wgmma):
+        ours = sorted(n for n in used if n in module.__all__)
+        if ours:
+            lines += _wrapped(f"from {module.__name__} import ", ours)
     head, _, body = source.partition(IMPORTS_MARK)
     return head + "\n".join(lines) + "\n\n" + body.lstrip("\n")
 

@@ -25,8 +25,9 @@ SIMULATOR_VARIANTS = 1  # per family and arguments, in the simulator, where ever
 SKIPPED_STAGES = ("timeout", "pruned")  # compile results that tuning never measures
 
 
-def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator) -> list:
-    """(kind, dtype, arguments, shapes, sample) for every case of the families asked for."""
+def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) -> list:
+    """(kind, dtype, arguments, shapes, sample) for every case of the families asked for; with ``device``, only
+    the variants it can run (``KernelFamily.unfit_for``)."""
     plan = []
     for kind in kinds:
         impl = family_named(kind)
@@ -41,7 +42,8 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator) -> list:
             if small:  # one odd shape: a prime-sized array, or a matrix no tile divides
                 sample = sample[:SIMULATOR_VARIANTS]
                 shapes = shapes[1:2]
-            plan.append((kind, dtype, args, shapes, extras + sample))
+            variants = [p for p in extras + sample if device is None or not impl.unfit_for(p, device)]
+            plan.append((kind, dtype, args, shapes, variants))
     return plan
 
 
@@ -58,11 +60,12 @@ def selftest(small: bool = False, kinds=None, dtypes=None, out=sys.stdout,
     On the GPU every variant is compiled ahead in parallel; one whose compile takes longer than
     ``compile_timeout_s`` (the tuner's default limit, so tuning never picks it either) is named and not checked.
     """
+    from .device import current_device
     from .registry import BUILTIN
 
     rng = np.random.default_rng()
     kinds = tuple(kinds or BUILTIN)
-    plan = plan_for(kinds, dtypes, small, rng)
+    plan = plan_for(kinds, dtypes, small, rng, None if small else current_device())
     if not small:
         plan = compile_ahead(plan, compile_timeout_s, out)
     return check_plan(plan, rng, out)

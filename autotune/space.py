@@ -60,8 +60,11 @@ class SearchSpace:
     impl: "KernelFamily" = field(default=None, repr=False, compare=False)
 
     def _context(self, family: Mapping[str, Any]) -> dict[str, Any]:
-        """The family arguments as ``when`` conditions see them (a reduction's axis None is 'all')."""
-        context = dict(family)
+        """What ``when`` conditions see before any value is chosen: every parameter at its default (one that
+        does not apply has its default's meaning, as in database entries), then the family arguments (a
+        reduction's axis None is 'all')."""
+        context = {p.name: p.default for p in self.params.values()}
+        context.update(family)
         for arg in self.impl.args:
             if arg.name in context:
                 context[arg.name] = arg.text(context[arg.name])
@@ -69,7 +72,8 @@ class SearchSpace:
 
     # -- which parameters apply -------------------------------------------------------------------
     def active(self, partial: Mapping[str, Any], family: Mapping[str, Any]) -> list[Param]:
-        """Parameters that apply given the values chosen so far, in file order (conditions look back only)."""
+        """Parameters that apply given the values chosen so far, in file order (conditions look back only; a
+        parameter not chosen, because it does not apply, reads as its default)."""
         context = {**self._context(family), **partial}
         return [p for p in self.params.values() if p.applies(context)]
 
@@ -203,10 +207,12 @@ class SearchSpace:
         return chosen
 
     def _reachable(self, name: str, family) -> bool:
-        """Whether the parameter can apply at all for these family arguments."""
+        """Whether the parameter can apply at all for these family arguments (conditions on other parameters
+        may yet hold)."""
         context = self._context(family)
+        args = {arg.name for arg in self.impl.args}
         when = self.params[name].when
-        return all(key not in context or context[key] in allowed for key, allowed in when.items())
+        return all(key not in args or key not in context or context[key] in allowed for key, allowed in when.items())
 
 
 def config_key(config: Mapping[str, Any]) -> str:

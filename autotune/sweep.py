@@ -191,8 +191,8 @@ def load_sweep(path: str | Path) -> Sweep:
     except ValueError as exc:
         raise SweepError(f"{where}: its search space: {exc}") from None
     names = doc.get("params")
-    if names != list(space.params):
-        raise SweepError(f"{where}: params must list the search space's parameters in its order "
+    if not isinstance(names, list) or len(set(map(str, names))) != len(names) or not set(names) <= set(space.params):
+        raise SweepError(f"{where}: params must name the search space's parameters, each once "
                          f"({', '.join(space.params)}); got {names!r}")
     if doc.get("columns") != list(COLUMNS):
         raise SweepError(f"{where}: columns must be {list(COLUMNS)}")

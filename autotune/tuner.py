@@ -263,7 +263,7 @@ class Tuner:
             self.space.validate(config, dtype=self.problem.dtype, family=self.problem.family, fill_defaults=False)
         except ValueError as exc:
             return str(exc)
-        return None
+        return self.problem.impl.unfit_for(config, self.device)
 
     def _repeat(self, trial: optuna.Trial, earlier: int) -> None:
         """A configuration measured before (or being measured by another process): answered from the study,

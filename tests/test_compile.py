@@ -155,6 +155,36 @@ def test_float16_moves_sixteen_bytes_at_a_time_with_vec_8():
     assert staged["ld.global.v4.u16"] and staged["st.shared.v4.u16"], staged
 
 
+def test_float16_on_wgmma_keeps_its_multiplies_running():
+    """A wgmma variant issues one wgmma m64n<BN>k16 per 16 of a K step, with A K-major and B N-major for "nn" (the
+    transpose flags) and the reverse for "tt", on descriptors of 128-byte-swizzled tiles (layout type 1 at bit 62)
+    that 16-byte cp.async copies fill; C leaves through shared memory in 16-byte pieces; it waits for its multiplies with one group left running in the loop and
+    none after it, and uses no mma.sync or ldmatrix. ptxas keeps the multiplies asynchronous: when an instruction
+    other than a wgmma touches the accumulators between a multiply and its wait (C7514, C7515: a branch per
+    result stored straight to C did) it serializes every wgmma, which cost the H100 probe 2.6x."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    from autotune.compiler import arch
+
+    ptx = ptx_sample("wgmma", "wgmma_tt_f32")
+    for name, flags in (("wgmma", "0, 1;"), ("wgmma_tt_f32", "1, 0;")):
+        text = ptx[name]
+        issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.f16\.f16 \{[^}]*\}, [^;]*;", text)
+        assert issued == ["128"] * 4, issued
+        assert all(line.rstrip().endswith(flags) for line in text.splitlines() if "wgmma.mma_async" in line), name
+        assert "wgmma.wait_group.sync.aligned 1;" in text and "wgmma.wait_group.sync.aligned 0;" in text
+        assert "fence.proxy.async.shared::cta" in text and "mma.sync" not in text and "ldmatrix" not in text
+        assert set(re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^]]*\], \[[^]]*\], (\d+)", text)) == {("cg", "16")}
+        for lbo in (16, 8192):  # K-major (lbo unused) and N- or M-major (64-column panels 8 KB apart); sbo 1024
+            assert str(1 << 62 | (1024 >> 4) << 32 | (lbo >> 4) << 16) in text, (name, lbo)
+        linker = Linker(ObjectCode.from_ptx(text.encode()), options=LinkerOptions(arch=arch((9, 0)), verbose=True))
+        linker.link("cubin")
+        log = linker.get_info_log()
+        assert "serialized" not in log and " 0 bytes spill stores" in log, log
+    assert "st.global.v4.f32" in ptx["wgmma_tt_f32"] and "cvt.rn.f16.f32" not in ptx["wgmma_tt_f32"]
+    assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u16" in ptx["wgmma"]  # C in 16-byte row pieces
+
+
 def ptx_sample(*names: str) -> dict[str, str]:
     """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
     proc = run_compiler_script("ptx_sample.py", *names, timeout=300)

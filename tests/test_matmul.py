@@ -345,6 +345,50 @@ def test_float16_tensor_core_variants(params, layout, rng):
         assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
 
 
+# float16 on Hopper's wgmma (matmul_wgmma.py.j2), in the simulator's stand-in, which reads the 128-byte-swizzled tiles
+# the way the hardware does (an address's bits 4-6 exclusive-or'ed with bits 7-9), independently of how the copies
+# write them. Every layout, both result dtypes, one and two warpgroups, 3 and 4 stages; edges in M, N and K (70 x 90
+# x 130: partial tiles in each, and rows whose starts are not 16-byte aligned; 70 x 72 x 136: aligned rows, so the
+# first block's first two K steps take the unchecked copies), through the family's oracle.
+WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64, "BM": 64, "BN": 64}
+EDGES, ALIGNED = (70, 90, 130), (70, 72, 136)
+WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "nn", None, [EDGES, ALIGNED, (1, 1, 1)]),
+               ({**WGMMA, "ASYNC_STAGES": 4}, "tn", "float32", [ALIGNED]),
+               ({**WGMMA, "ASYNC_STAGES": 3, "GROUP_M": 1}, "nt", None, [ALIGNED]),
+               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "tt", "float32", [EDGES])]
+
+
+@pytest.mark.parametrize("params,layout,out_dtype,shapes", WGMMA_CASES)
+def test_float16_wgmma_variants(params, layout, out_dtype, shapes, rng):
+    from autotune.problem import Problem
+
+    k = build_kernel("matmul", params, "float16", layout=layout, out_dtype=out_dtype)
+    for shape in shapes:
+        problem = Problem("matmul", shape, "float16", {"layout": layout, "out_dtype": out_dtype})
+        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+
+
+def test_wgmma_applies_to_float16_tiles_of_its_shape():
+    """WGMMA is a float16 choice of MMA 16, BK 64 is its depth alone, and the parameters of the warp-level kernels
+    (register tiles, vector width, split-K, ...) do not apply to it."""
+    space = load_space("matmul")
+    params = {**WGMMA, "ASYNC_STAGES": 4}
+    checked = space.validate(params, dtype="float16", family={"layout": "nn"})
+    assert checked == {"strategy": "tiled", **params, "GROUP_M": 8}
+    for dtype in ("float32", "float64"):
+        with pytest.raises(ValueError, match="WGMMA=1 multiplies float16"):
+            space.validate(params, dtype=dtype, family={"layout": "nn", "precision": "ieee"})
+    for bad, message in (({"BK": 32}, "BK must be 64"), ({"BN": 32}, "64, 128 or 256"),
+                         ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"),
+                         ({"BM": 256, "BN": 256}, "registers per thread")):
+        with pytest.raises(ValueError, match=message):
+            space.validate({**params, **bad}, dtype="float16", family={"layout": "nn"})
+    with pytest.raises(ValueError, match="does not apply"):
+        space.validate({**params, "TM": 8}, dtype="float16", family={"layout": "nn"})
+    with pytest.raises(ValueError, match="BK=64 is the depth of the wgmma kernel"):
+        space.validate({"BK": 64, "TM": 4, "TN": 4}, dtype="float32", family={"layout": "nn"})
+
+
 def test_float16_operands_with_a_float32_result(rng):
     """out_dtype float32 keeps the float32 sums (checked exactly on integer data, whose sums pass 2048 where float16
     stops counting by ones, and within the FMA chain's error on normal data); split-K may add its slices atomically
@@ -365,6 +409,26 @@ def test_float16_operands_with_a_float32_result(rng):
     assert (C % 2 == 1).any()  # odd sums past 2048: not float16 values
     with pytest.raises(ValueError, match="out_dtype float32 is for float16 operands"):
         Problem("matmul", (8, 8, 8), "float32", {"out_dtype": "float32"})
+
+
+def test_float32_results_of_float16_are_held_to_the_tensor_cores_sum(rng):
+    """With out_dtype float32 the bound is twice the error of the tensor cores' own sum (k16 steps added with
+    truncation), which errs more than a chain of fp32 FMAs (the H100's wgmma results did, 1.23e-6 at 1000^3, over
+    twice the chain's); both pass, a sum that drops one k16 step or keeps float16 does not."""
+    from autotune.families.matmul import fma_chain, tensor_core_chain
+    from autotune.oracle import relative_error
+    from autotune.problem import Problem
+
+    problem = Problem("matmul", (64, 48, 1000), "float16", {"out_dtype": "float32"})
+    impl = problem.impl
+    _, normal = impl.verification(problem, impl.inputs(problem, rng, "check"), rng)
+    A, B = normal.inputs
+    truncated, chain = tensor_core_chain(A, B), fma_chain(A, B)
+    assert relative_error(truncated, normal.expected) > 2 * relative_error(chain, normal.expected)
+    assert impl.verify(problem, normal, truncated, rng) is None and impl.verify(problem, normal, chain, rng) is None
+    dropped = truncated - (A[:, 16:32].astype(np.float64) @ B[16:32]).astype(np.float32)
+    assert "float16 results" in impl.verify(problem, normal, dropped, rng)
+    assert "float16 results" in impl.verify(problem, normal, truncated.astype(np.float16).astype(np.float32), rng)
 
 
 def test_the_float16_oracle_refuses_float16_sums(rng):

@@ -73,7 +73,8 @@ def test_a_sweep_file_round_trips(tmp_path):
     (lambda t: t.replace("[[64, 1, 4, shuffle, atomic, 2,", "[[64, 1, 4, shuffle, atomic, 1,", 1),
      "row 2: the same configuration as row 1"),
     (lambda t: t.replace("], ok,", "], great,", 1), "row 1: stage must be"),
-    (lambda t: t.replace("params: [BLOCK, ITEMS", "params: [ITEMS, BLOCK"), "params must list"),
+    (lambda t: t.replace("params: [BLOCK, ITEMS", "params: [BLOCKS, ITEMS"), "params must name"),
+    (lambda t: t.replace("params: [BLOCK, ITEMS", "params: [ITEMS, BLOCK"), "row 1: the configuration is not valid"),
     (lambda t: t.replace("compile_s, measure_s, reason]", "compile_s, reason]"), "columns must be"),
     (lambda t: t.replace(", 100, 4.0, 0.5]", ", 100, -4.0, 0.5]", 1), "compile_s must be a finite number"),
 ])

@@ -392,6 +392,20 @@ def test_waiting_for_a_compile_ends_at_its_timeout_or_at_once_when_the_run_stops
     assert time.monotonic() - start < 1
 
 
+def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
+    """wgmma variants are pruned, not compiled, on a GPU other than Hopper (an A100 here, a B200 too)."""
+    from autotune.device import DeviceInfo
+
+    config = TuneConfig(trials=1, state_dir=tmp_path, baseline=False)
+    wgmma = {"strategy": "tiled", "BM": 128, "BN": 256, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 4,
+             "GROUP_M": 8}
+    problem = Problem("matmul", (256, 256, 256), "float16", {})
+    for cc, pruned in (((9, 0), False), ((8, 0), True), ((10, 0), True)):
+        device = DeviceInfo(name=f"GPU {cc}", cc=cc, sm_count=132, l2_bytes=50 << 20)
+        reason = Tuner(problem, config, device, report=lambda line: None)._prune_reason(wgmma)
+        assert (reason is not None) == pruned and (not pruned or "Hopper" in reason), (cc, reason)
+
+
 def test_past_its_time_limit_a_run_queues_the_compiles_still_running_for_the_next(tmp_path, monkeypatch):
     """--timeout bounds the run: a variant whose compile has not finished is queued again (measured first next
     time), not waited for up to the compile timeout."""

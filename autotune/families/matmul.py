@@ -25,6 +25,7 @@ from ..resources import resource_dir, templates_dir
 LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
 MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile"}
+WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
 
@@ -34,15 +35,24 @@ def is_tiled(p: Mapping[str, Any]) -> bool:
     return p.get("strategy", "tiled") == "tiled"
 
 
+def is_wgmma(p: Mapping[str, Any]) -> bool:
+    """A float16 variant on Hopper's warpgroup MMA (templates/matmul_wgmma.py.j2)."""
+    return bool(p.get("WGMMA", 0))
+
+
 def matmul_threads(p: Mapping[str, Any]) -> int:
     if not is_tiled(p):
         return 256
+    if is_wgmma(p):
+        return 128 * (p["BM"] // 64)  # a warpgroup per 64 rows
     return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
 
 
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
+    if is_wgmma(p):  # swizzle atoms start at a 1024-byte boundary: up to 1024 bytes to reach it
+        return p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize + WGMMA_ALIGN
     return shared_stages(p) * (a_tile_elements(p, itemsize) + p["BK"] * (p["BN"] + shared_pad(p, itemsize))) * itemsize
 
 
@@ -93,7 +103,7 @@ def dynamic_shared_bytes(params: Mapping[str, Any], dtype: str) -> int:
     if not is_tiled(params):
         return 0
     n = matmul_shared_bytes(params, np.dtype(dtype).itemsize)
-    return n if n > MAX_STATIC_SHARED_BYTES else 0
+    return n if n > MAX_STATIC_SHARED_BYTES or is_wgmma(params) else 0
 
 
 def split_add(params: Mapping[str, Any]) -> str | None:
@@ -110,6 +120,8 @@ def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
     names = ["A", "B", "C"]
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
+    if is_wgmma(params):
+        return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc", "vec_a", "vec_b", "vec_c"])
     if split_add(params) == "last_block":
         names += ["W", "counters"]
     names += ["M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]
@@ -197,6 +209,28 @@ def _mma_fits(p, ctx):
     return None
 
 
+def _wgmma_fits(p, ctx):
+    if not is_wgmma(p):
+        if p["BK"] == 64:
+            return "BK=64 is the depth of the wgmma kernel's tiles (WGMMA=1); the other variants take BK up to 32"
+        return None
+    if ctx.dtype != "float16":
+        return f"WGMMA=1 multiplies float16 (wgmma ... .f32.f16.f16), not {ctx.dtype}"
+    if p["BK"] != 64:
+        return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
+    if p["BM"] not in (64, 128, 256) or p["BN"] not in (64, 128, 256):
+        return (f"WGMMA=1 tiles are 64, 128 or 256 rows (a warpgroup per 64) by 64, 128 or 256 columns (64-column "
+                f"panels of B), not {p['BM']} x {p['BN']}")
+    if p["ASYNC_STAGES"] not in (3, 4):
+        return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
+                f"not {p['ASYNC_STAGES']}")
+    registers = 65536 // matmul_threads(p)
+    if p["BN"] // 2 + 64 > min(255, registers):
+        return (f"WGMMA=1: {matmul_threads(p)} threads leave {registers} registers per thread, where {p['BN'] // 2} "
+                f"accumulators and the copies need about {p['BN'] // 2 + 64}")
+    return None
+
+
 def _split_add_fits(p, ctx):
     if ctx.dtype == "float16" and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
         return "SPLIT_ADD=atomic: float16 results are rounded once, from the float32 sum: use last_block"
@@ -215,6 +249,7 @@ PREDICATES = {
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
     "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
     "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
+    "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
                                                 "ASYNC_STAGES"})),
 }
@@ -255,7 +290,11 @@ class MatmulFamily(KernelFamily):
             raise ValueError(f"out_dtype {args['out_dtype']} is for float16 operands; a {dtype} matmul gives {dtype}")
 
     def out_dtype(self, problem) -> str:
-        return problem.family["out_dtype"] or problem.dtype
+        return self.out_dtype_of(problem.dtype, problem.family)
+
+    @staticmethod
+    def out_dtype_of(dtype: str, args: Mapping[str, Any]) -> str:
+        return args.get("out_dtype") or dtype
 
     def work(self, problem) -> float:
         M, N, K = problem.shape
@@ -275,11 +314,14 @@ class MatmulFamily(KernelFamily):
         return problem.shape[0], problem.shape[1]
 
     def templates(self) -> list[str]:
-        return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2"]
+        return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2",
+                "matmul_wgmma.py.j2"]
 
     def template(self, params) -> str:
         if not is_tiled(params):
             return "matmul_seed.py.j2"
+        if is_wgmma(params):
+            return "matmul_wgmma.py.j2"
         return "matmul_mma.py.j2" if params.get("MMA", 0) else "matmul_tiled.py.j2"
 
     def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
@@ -295,6 +337,10 @@ class MatmulFamily(KernelFamily):
         if not is_tiled(params):
             return ctx
         threads = matmul_threads(params)
+        if is_wgmma(params):
+            ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=self.out_dtype_of(dtype, args),
+                       ALIGN=WGMMA_ALIGN, SHARED=dynamic_shared_bytes(params, dtype))
+            return ctx
         vec = params["VEC"]
         mma = ctx["MMA"]
         itemsize = np.dtype(dtype).itemsize
@@ -333,6 +379,13 @@ class MatmulFamily(KernelFamily):
 
     def shared_bytes(self, params, itemsize: int) -> int:
         return matmul_shared_bytes(params, itemsize)
+
+    def unfit_for(self, params, device) -> str | None:
+        """wgmma exists on compute capability 9.0 alone (sm_90a: Hopper; not on later GPUs either)."""
+        if is_wgmma(params) and tuple(device.cc[:2]) != (9, 0):
+            cc = ".".join(map(str, device.cc[:2]))
+            return f"WGMMA=1 runs on Hopper (compute capability 9.0) only, not on {device.name} ({cc})"
+        return None
 
     # -- data and oracle ----------------------------------------------------------------------------
     def inputs(self, problem, rng, purpose):
@@ -539,14 +592,32 @@ def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     return acc
 
 
+def tensor_core_chain(A: np.ndarray, B: np.ndarray, step: int = 16) -> np.ndarray:
+    """A @ B (float32) as the tensor cores sum it: each k16 step's products exactly, added to float32 accumulators
+    with truncation (round toward zero), the tensor cores' accumulation (NOTES item 32). On float16 operands of
+    1000^3 (standard normal, 64 rows) its relative error is 1.58e-6, the fp32 FMA chain's 0.56e-6; the H100's wgmma
+    kernels measured 1.23e-6 (lab/wgmma_check.py)."""
+    A, B = (np.asarray(x, np.float64) for x in (A, B))
+    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
+    for k in range(0, A.shape[1], step):
+        exact = acc + A[:, k:k + step] @ B[k:k + step]
+        acc = exact.astype(np.float32)
+        away = np.abs(acc) > np.abs(exact)  # rounded away from zero: one step back towards it
+        acc[away] = np.nextafter(acc[away], np.float32(0))
+    return acc
+
+
 def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarray,
                 out_dtype: str = "float32") -> float:
     """The relative error a precision's results may have on A @ B: twice that of its reference on the same data.
     3xtf32 promises fp32-level error: its reference is the ieee kernels' chain of fp32 FMAs (``fma_chain``); tf32
     that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's; fp16 (float16 operands)
-    NumPy's and cuBLAS's: the FMA chain, rounded to float16 where the result is float16 (a sum kept in float16
-    errs far more). At least 2**-22, where the reference happens to be nearly exact (K of 1 or 2)."""
-    error = relative_error(fma_chain(A, B).astype(out_dtype), expected)
+    NumPy's and cuBLAS's: the FMA chain rounded to float16 where the result is float16 (a sum kept in float16
+    errs far more), and where it is float32 the tensor cores' own truncating sum (``tensor_core_chain``), which
+    errs up to 3x more than the FMA chain. At least 2**-22, where the reference happens to be nearly exact (K of 1
+    or 2)."""
+    chain = tensor_core_chain if precision == "fp16" and out_dtype == "float32" else fma_chain
+    error = relative_error(chain(A, B).astype(out_dtype), expected)
     if precision == "tf32":
         rounded = tf32_round(A).astype(np.float64) @ tf32_round(B).astype(np.float64)
         error += relative_error(rounded, expected)

@@ -16,9 +16,10 @@ from ..device import gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .matmul import accumulator_dtype, dynamic_shared_bytes, kernel_args, matmul_threads, split_add
+from .matmul import accumulator_dtype, dynamic_shared_bytes, is_wgmma, kernel_args, matmul_threads, split_add
 
 INT32_MAX = 2**31 - 1
+WGMMA_VECTOR_BYTES = 16  # wgmma variants copy A and B, and store C, in 16-byte pieces
 
 
 def index_type(params: Mapping[str, Any]) -> str:
@@ -74,6 +75,10 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
         return d, arrays.flat(d), d.shape[1]
 
+    def _wgmma_vectors(self) -> tuple[int, int, int]:
+        """Elements per 16-byte piece of A, B and C in a wgmma variant."""
+        return tuple(WGMMA_VECTOR_BYTES // np.dtype(t).itemsize for t in (self.dtype, self.dtype, self.out_dtype))
+
     def _launch_config(self, M: int, N: int, K: int, stream):
         """The launch configuration, K chunk and workspace of calls of this shape on this stream."""
         key = (M, N, K, stream_key(stream))
@@ -84,7 +89,7 @@ class MatmulKernel(Planned, Kernel):
             elif p["strategy"] == "shared16":
                 grid, block, k_chunk = ((N + 15) // 16, (M + 15) // 16), (16, 16), K
             else:
-                per_split = -(-K // p["SPLIT_K"])
+                per_split = -(-K // p.get("SPLIT_K", 1))
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
@@ -168,9 +173,9 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
         configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
-        vec = p.get("VEC", 1)
+        vecs = self._wgmma_vectors() if is_wgmma(p) else (p.get("VEC", 1),) * 3
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
-                               for x, ld in ((a_flat, lda), (b_flat, ldb), (c_flat, N)))
+                               for x, ld, vec in ((a_flat, lda, vecs[0]), (b_flat, ldb, vecs[1]), (c_flat, N, vecs[2])))
         if split_add(p) in ("atomic", "vector"):  # the slices add into C
             self._enqueue(*zero(self.module, c_flat, self.simulator, stream))
         i = self._int
