@@ -52,7 +52,7 @@ def fill_imports(source: str) -> str:
     from . import intrinsics, wgmma
 
     used = _names(source) - _defined(source)
-    lines = [f"import {name}" for name in ("math",) if name in used] + (["import numpy as np"] if "np" in used else [])
+    lines = (["import math"] if "math" in used else []) + (["import numpy as np"] if "np" in used else [])
     lines += [""] if lines else []
     numba = [n for n in NUMBA_NAMES if n in used]
     if numba:

@@ -339,7 +339,7 @@ class MatmulFamily(KernelFamily):
         threads = matmul_threads(params)
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=self.out_dtype_of(dtype, args),
-                       ALIGN=WGMMA_ALIGN, SHARED=dynamic_shared_bytes(params, dtype))
+                       ALIGN=WGMMA_ALIGN)
             return ctx
         vec = params["VEC"]
         mma = ctx["MMA"]
