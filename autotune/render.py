@@ -30,7 +30,7 @@ def environment(folder: str) -> jinja2.Environment:
 
 
 IMPORTS_MARK = "# autotune: imports"
-NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint32")
+NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint32", "uint64")
 NUMBA_TYPES = ("float16",)  # scalar types the top-level numba module does not export
 
 

@@ -23,9 +23,9 @@ from llvmlite import ir
 from numba.core import types
 from numba.cuda.extending import intrinsic
 
-from .intrinsics import _element_pointer, _make_plain_asm, _shared_address
+from .intrinsics import _element_pointer, _make_plain_asm, _shared_address, _to_tf32
 
-WGMMA_NS = tuple(range(8, 257, 8))  # the N of m64nNk16 for float16 operands
+WGMMA_NS = tuple(range(8, 257, 8))  # the N of m64nNk16 (float16) and m64nNk8 (TF32)
 
 wgmma_commit = _make_plain_asm("wgmma.commit_group.sync.aligned;")
 fence_proxy_async = _make_plain_asm("fence.proxy.async.shared::cta;")
@@ -140,6 +140,49 @@ def wgmma_f16(typingctx, acc, desc_a, desc_b, trans_a, trans_b):
 
 
 @intrinsic
+def wgmma_tf32(typingctx, acc, a, desc_b, scale_d):
+    """acc (scale_d 1) or 0 (scale_d 0; a constant) + A (64 x 8) @ B (8 x N) for this warpgroup: one
+    ``wgmma.mma_async m64nNk8.f32.tf32.tf32``, N = 2 x len(acc), A from registers and B from shared memory, K-major
+    (TF32 has no transposed operands). ``a`` is this thread's four float32 values of A, (row, k) = (g, c), (g + 8,
+    c), (g, c + 4), (g + 8, c + 4) with g = 16 (t // 32) + (t % 32) // 4 and c = t % 4 (thread t of the
+    warpgroup); the tensor cores read their top 19 bits. The accumulators are laid out as wgmma_f16's. The
+    registers of ``a`` must stay unchanged until a wait completes the multiply."""
+    if not isinstance(scale_d, (types.IntegerLiteral, types.BooleanLiteral)):
+        return None  # Numba then types the call again with the constant's literal type
+    count = _accumulators(acc)
+    if 2 * count not in WGMMA_NS:
+        raise TypeError(f"wgmma m64nNk8 holds N / 2 accumulators per thread for N in 8..256 by 8, got {count}")
+    if not (isinstance(a, types.UniTuple) and a.count == 4 and a.dtype == types.float32):
+        raise TypeError(f"wgmma m64nNk8 takes four float32 values of A per thread, got {a}")
+    scale = int(scale_d.literal_value)
+
+    def codegen(context, builder, sig, args):
+        values = _unpack(builder, args[0], count)
+        words = [builder.bitcast(v, ir.IntType(32)) for v in _unpack(builder, args[1], 4)]
+        desc = context.cast(builder, args[2], sig.args[2], types.uint64)
+        outputs = "{" + ", ".join(f"${i}" for i in range(count)) + "}"
+        regs = "{" + ", ".join(f"${count + i}" for i in range(4)) + "}"
+        text = (f"wgmma.mma_async.sync.aligned.m64n{2 * count}k8.f32.tf32.tf32 {outputs}, {regs}, ${count + 4}, "
+                f"{scale}, 1, 1;")
+        return _tied_asm(context, builder, sig, text, values, [*words, desc], ["r"] * 4 + ["l"])
+
+    return acc(acc, a, desc_b, scale_d), codegen
+
+
+@intrinsic
+def tf32_round(typingctx, x):
+    """x (float32) rounded to TF32 (``cvt.rna``: 10 mantissa bits, to nearest, ties away from zero), as a float32
+    whose low 13 bits are zero."""
+    if x != types.float32:
+        raise TypeError(f"tf32_round takes a float32, got {x}")
+
+    def codegen(context, builder, sig, args):
+        return builder.bitcast(_to_tf32(builder, args[0]), ir.FloatType())
+
+    return types.float32(x), codegen
+
+
+@intrinsic
 def stash_pairs(typingctx, out, index, ld, acc):
     """Stores this thread's wgmma accumulators, converted once to the array's float16 or float32, into a tile
     (shared memory) of row stride ``ld``: accumulators 4j + 2h and 4j + 2h + 1, one store per pair, at
@@ -174,4 +217,4 @@ def stash_pairs(typingctx, out, index, ld, acc):
 
 
 __all__ = ["SWIZZLE_MODES", "WGMMA_NS", "descriptor", "fence_proxy_async", "smem_address", "stash_pairs",
-           "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_wait"]
+           "tf32_round", "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_tf32", "wgmma_wait"]

@@ -1,13 +1,15 @@
-"""float16 matmul on wgmma (templates/matmul_wgmma.py.j2) checked and timed on a Hopper GPU.
+"""Matmul on wgmma checked and timed on a Hopper GPU: float16 (templates/matmul_wgmma.py.j2) or float32 at
+precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2).
 
-    python lab/wgmma_check.py [RESULTS_DIR] [--quick]
+    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|tf32|3xtf32] [--quick]
 
-Checks: every layout and result dtype, tiles of one, two and four warpgroups, 3 and 4 stages, on shapes with
-partial tiles in M, N and K and rows whose starts are not 16-byte aligned (70 x 90 x 130: the copies' and the
-stores' element-by-element paths), aligned ones (1000^3, 4096 x 4096 x 256) and the irregular suite shapes,
-each through the family's oracle (integer data exact, normal data within its error bound), the output poisoned
-with NaN first. Times: 4096^3 and 8192^3 with the bench's method (CUDA events, L2 flushed, median) beside cuBLAS
-(CuPy, PyTorch) in the same process. Writes wgmma.json to RESULTS_DIR; prints a table last.
+Checks: every layout (and float16's result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
+stages), on shapes with partial tiles in M, N and K and rows whose starts are not 16-byte aligned (70 x 90 x 130:
+the loads' and the stores' element-by-element paths), aligned ones (1000^3, 4096 x 4096 x 256) and the irregular
+suite shapes, each through the family's oracle (integer data exact, normal data within its error bound), the
+output poisoned with NaN first. Times: 4096^3 and 8192^3 with the bench's method (CUDA events, L2 flushed,
+median) beside cuBLAS (CuPy, PyTorch; for float32 with TF32 off and on) in the same process, with each result's
+error against float64 on 256 rows. Writes wgmma-<precision>.json to RESULTS_DIR; prints a table last.
 """
 from __future__ import annotations
 
@@ -24,24 +26,45 @@ from autotune.oracle import poison, relative_error
 from autotune.problem import Problem
 
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64}
-CHECKED = [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
-           ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
-           ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"]),
-           ({**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 3, "GROUP_M": 16}, ["nn"])]
+TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "ASYNC_STAGES": 0}
+CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
+                       ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
+                       ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"]),
+                       ({**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 3, "GROUP_M": 16}, ["nn"])],
+           "tf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
+                    ({**TF32, "BM": 128, "BN": 256}, ["nn", "tt"]),
+                    ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])],
+           "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
+                      ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
+                      ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
 SHAPES = [(70, 90, 130), (1, 1, 1), (257, 263, 129), (1000, 1000, 1000), (127, 3000, 511), (4096, 4096, 256)]
-TIMED = [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
-         {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4}, {**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 4}]
+TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
+                     {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
+                     {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4},
+                     {**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 4}],
+         "tf32": [{**TF32, "BM": 128, "BN": 256}, {**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 64, "BN": 256},
+                  {**TF32, "BM": 256, "BN": 128}],
+         "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
+                    {**TF32, "BM": 64, "BN": 64}]}
 
 
-def check_all(rng, quick: bool) -> list[dict]:
+def family_of(precision: str, layout: str, out_dtype=None) -> tuple[str, dict]:
+    """The dtype and family arguments of a precision: float16's, or float32's at a TF32 precision."""
+    if precision == "float16":
+        return "float16", {"layout": layout, "out_dtype": out_dtype}
+    return "float32", {"layout": layout, "precision": precision}
+
+
+def check_all(rng, precision: str, quick: bool) -> list[dict]:
     found = []
-    for params, layouts in CHECKED[:1] if quick else CHECKED:
+    for params, layouts in CHECKED[precision][:1] if quick else CHECKED[precision]:
         for layout in layouts:
-            for out_dtype in (None, "float32"):
+            for out_dtype in (None, "float32") if precision == "float16" else (None,):
                 start = time.time()
-                kernel = build_kernel("matmul", params, "float16", layout=layout, out_dtype=out_dtype)
+                dtype, family = family_of(precision, layout, out_dtype)
+                kernel = build_kernel("matmul", params, dtype, **family)
                 for shape in SHAPES[:2] if quick else SHAPES:
-                    problem = Problem("matmul", shape, "float16", {"layout": layout, "out_dtype": out_dtype})
+                    problem = Problem("matmul", shape, dtype, family)
                     impl = problem.impl
                     for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
                         out = cuda.to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
@@ -56,7 +79,7 @@ def check_all(rng, quick: bool) -> list[dict]:
     return found
 
 
-def time_all(sizes: list[int]) -> list[dict]:
+def time_all(sizes: list[int], precision: str) -> list[dict]:
     import cupy
     import torch
 
@@ -65,12 +88,13 @@ def time_all(sizes: list[int]) -> list[dict]:
     rng = np.random.default_rng(0)
     flush = L2Flusher()
     rows = []
+    dtype, family = family_of(precision, "nn")
     for n in sizes:
-        A = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
-        B = rng.standard_normal((n, n), dtype=np.float32).astype(np.float16)
+        A = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
+        B = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
         picked = np.unique(np.linspace(0, n - 1, 256).astype(np.int64))
         ref = A[picked].astype(np.float64) @ B.astype(np.float64)
-        dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((n, n), np.float16)
+        dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((n, n), dtype)
         cA, cB = cupy.asarray(A), cupy.asarray(B)
         tA, tB = torch.as_tensor(A, device="cuda"), torch.as_tensor(B, device="cuda")
 
@@ -83,22 +107,28 @@ def time_all(sizes: list[int]) -> list[dict]:
                          "err": err})
 
         row("cuBLAS (cupy)", lambda: cA @ cB, lambda: cupy.asnumpy(cA @ cB))
-        row("cuBLAS (torch)", lambda: tA @ tB, lambda: (tA @ tB).cpu().numpy())
-        for params in TIMED:
-            kernel = build_kernel("matmul", params, "float16")
-            row(f"wgmma {params['BM']}x{params['BN']} stages {params['ASYNC_STAGES']}",
-                lambda: kernel(dA, dB, out=dC), dC.copy_to_host)
+        for tf32 in (False, True) if dtype == "float32" else (False,):
+            torch.backends.cuda.matmul.allow_tf32 = tf32
+            row("cuBLAS (torch" + (", TF32 on)" if tf32 else ")"), lambda: tA @ tB, lambda: (tA @ tB).cpu().numpy())
+        torch.backends.cuda.matmul.allow_tf32 = False
+        for params in TIMED[precision]:
+            kernel = build_kernel("matmul", params, dtype, **family)
+            stages = f" stages {params['ASYNC_STAGES']}" if dtype == "float16" else ""
+            row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}", lambda: kernel(dA, dB, out=dC),
+                dC.copy_to_host)
     return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", default=".")
+    parser.add_argument("--precision", choices=sorted(CHECKED), default="float16",
+                        help="float16, or float32 at precision tf32 or 3xtf32")
     parser.add_argument("--quick", action="store_true", help="one configuration on two shapes; 4096^3 only")
     args = parser.parse_args()
-    checks = check_all(np.random.default_rng(0), args.quick)
-    timed = time_all([4096] if args.quick else [4096, 8192])
-    with open(os.path.join(args.results, "wgmma.json"), "w") as f:
+    checks = check_all(np.random.default_rng(0), args.precision, args.quick)
+    timed = time_all([4096] if args.quick else [4096, 8192], args.precision)
+    with open(os.path.join(args.results, f"wgmma-{args.precision}.json"), "w") as f:
         json.dump({"checks": checks, "timed": timed}, f, indent=1)
     wrong = [c for c in checks if c["result"] != "right"]
     print(f"\n{len(checks)} checks, {len(wrong)} wrong")

@@ -13,6 +13,7 @@ SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1,
 REDUCE = {"BLOCK": 128, "ITEMS": 2}
 MMA = {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 4, "VEC": 4, "UNROLL_K": 8}
 WGMMA = {"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 4}
+WGMMA_TF32 = {"BM": 128, "BN": 128, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 0}
 VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
             "vector": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "vector"}, {}),
             "last_block": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "last_block"}, {}),
@@ -37,7 +38,9 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
             "fp16_vec8_staged": ("matmul", "float16", {**MMA, "BK": 32, "VEC": 8, "MMA": 16, "UNROLL_K": 16,
                                                        "A_SMEM": "mmajor", "ASYNC_STAGES": 0}, {}),
             "wgmma": ("matmul", "float16", WGMMA, {}),
-            "wgmma_tt_f32": ("matmul", "float16", WGMMA, {"layout": "tt", "out_dtype": "float32"})}
+            "wgmma_tt_f32": ("matmul", "float16", WGMMA, {"layout": "tt", "out_dtype": "float32"}),
+            "wgmma_3xtf32": ("matmul", "float32", WGMMA_TF32, {"precision": "3xtf32"}),
+            "wgmma_tf32_tt": ("matmul", "float32", WGMMA_TF32, {"precision": "tf32", "layout": "tt"})}
 
 
 def main():

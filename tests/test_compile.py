@@ -185,6 +185,31 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
     assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u16" in ptx["wgmma"]  # C in 16-byte row pieces
 
 
+def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
+    """A TF32 wgmma variant issues wgmma m64n<BN>k8 .tf32 with A from registers (four 32-bit values) and B through a
+    K-major descriptor of a 128-byte-swizzled tile (layout type 1; sbo 1024): four per K step at tf32, twelve at
+    3xtf32, whose first starts its step's own sum (scale-d 0); operands rounded by cvt.rna; tf32 waits with one
+    step left running, 3xtf32 for all (its step sums are added with fp32 adds). No mma.sync, ldmatrix or cp.async;
+    ptxas keeps the multiplies asynchronous and spills nothing."""
+    from cuda.core import Linker, LinkerOptions, ObjectCode
+
+    from autotune.compiler import arch
+
+    ptx = ptx_sample("wgmma_3xtf32", "wgmma_tf32_tt")
+    pattern = r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32 \{[^}]*\}, \{[^}]*\}, [^,]+, (\d), 1, 1;"
+    expected = {"wgmma_3xtf32": [("128", "0")] + [("128", "1")] * 11, "wgmma_tf32_tt": [("128", "1")] * 4}
+    for name, text in ptx.items():
+        assert re.findall(pattern, text) == expected[name], name
+        assert "cvt.rna.tf32.f32" in text and str(1 << 62 | (1024 >> 4) << 32 | 1 << 16) in text, name
+        assert not any(issues(op, text) for op in ("mma", "ldmatrix", "cp")), name
+        assert ("wgmma.wait_group.sync.aligned 1;" in text) == (name == "wgmma_tf32_tt")
+        assert "wgmma.wait_group.sync.aligned 0;" in text
+        linker = Linker(ObjectCode.from_ptx(text.encode()), options=LinkerOptions(arch=arch((9, 0)), verbose=True))
+        linker.link("cubin")
+        log = linker.get_info_log()
+        assert "serialized" not in log and " 0 bytes spill stores" in log, log
+
+
 def ptx_sample(*names: str) -> dict[str, str]:
     """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
     proc = run_compiler_script("ptx_sample.py", *names, timeout=300)

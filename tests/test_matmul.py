@@ -376,7 +376,7 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
     checked = space.validate(params, dtype="float16", family={"layout": "nn"})
     assert checked == {"strategy": "tiled", **params, "GROUP_M": 8}
     for dtype in ("float32", "float64"):
-        with pytest.raises(ValueError, match="WGMMA=1 multiplies float16"):
+        with pytest.raises(ValueError, match="WGMMA=1 (multiplies float16|on float32 issues)"):
             space.validate(params, dtype=dtype, family={"layout": "nn", "precision": "ieee"})
     for bad, message in (({"BK": 32}, "BK must be 64"), ({"BN": 32}, "64, 128 or 256"),
                          ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"),
@@ -385,8 +385,54 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
             space.validate({**params, **bad}, dtype="float16", family={"layout": "nn"})
     with pytest.raises(ValueError, match="does not apply"):
         space.validate({**params, "TM": 8}, dtype="float16", family={"layout": "nn"})
-    with pytest.raises(ValueError, match="BK=64 is the depth of the wgmma kernel"):
+    with pytest.raises(ValueError, match="BK=64 is the depth of the float16 wgmma kernel"):
         space.validate({"BK": 64, "TM": 4, "TN": 4}, dtype="float32", family={"layout": "nn"})
+
+
+# float32 on Hopper's TF32 wgmma (matmul_wgmma_tf32.py.j2): A from registers, B rounded (and split) into a swizzled
+# shared tile whose k are permuted, in the simulator's stand-in, which takes A's fragments in the hardware's layout
+# and reads B the way the hardware does; a change to the loads' or the stores' permutation fails here. Both
+# precisions, every layout, one and two warpgroups, two B pieces per thread and more; edges (partial tiles, rows
+# that are not 16-byte aligned) and aligned shapes (the unchecked loads).
+WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES": 0}
+WGMMA_TF32_CASES = [(WGMMA_TF32, "nn", "3xtf32", [EDGES, (64, 64, 64), (1, 1, 1)]),
+                    ({**WGMMA_TF32, "GROUP_M": 1}, "tn", "tf32", [ALIGNED]),
+                    ({**WGMMA_TF32, "BM": 128}, "nt", "tf32", [EDGES]),
+                    ({**WGMMA_TF32, "BN": 128}, "tt", "3xtf32", [ALIGNED])]
+
+
+@pytest.mark.parametrize("params,layout,precision,shapes", WGMMA_TF32_CASES)
+def test_tf32_wgmma_variants(params, layout, precision, shapes, rng):
+    from autotune.problem import Problem
+
+    k = build_kernel("matmul", params, "float32", layout=layout, precision=precision)
+    for shape in shapes:
+        problem = Problem("matmul", shape, "float32", {"layout": layout, "precision": precision})
+        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+
+
+def test_wgmma_applies_to_float32_at_the_tf32_precisions():
+    """On float32, WGMMA is a choice of MMA 8 at precision tf32 or 3xtf32, BK 32, loads through registers; 3xtf32's
+    second accumulator tile bounds its tiles' width."""
+    space = load_space("matmul")
+    params = {k: v for k, v in WGMMA_TF32.items() if k != "ASYNC_STAGES"}
+    for precision in ("tf32", "3xtf32"):
+        family = {"layout": "nn", "precision": precision}
+        assert space.validate(params, dtype="float32", family=family) == {"strategy": "tiled", **WGMMA_TF32,
+                                                                           "GROUP_M": 8, "PREFETCH": 1}
+    with pytest.raises(ValueError, match="at precision ieee"):
+        space.validate(params, dtype="float32", family={"layout": "nn", "precision": "ieee"})
+    family = {"layout": "nn", "precision": "tf32"}
+    for bad, message in (({"BK": 16}, "BK must be 32"), ({"MMA": 16}, "MMA must be 8"),
+                         ({"ASYNC_STAGES": 3}, "ASYNC_STAGES must be 0"), ({"BN": 32}, "64, 128 or 256"),
+                         ({"BM": 256, "BN": 256}, "registers per thread")):
+        with pytest.raises(ValueError, match=message):
+            space.validate({**params, **bad}, dtype="float32", family=family)
+    space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family=family)
+    with pytest.raises(ValueError, match="registers per thread"):
+        space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family={**family, "precision": "3xtf32"})
+    with pytest.raises(ValueError, match="MMA must be 16"):
+        space.validate({**params, "BK": 64}, dtype="float16", family={"layout": "nn"})
 
 
 def test_float16_operands_with_a_float32_result(rng):

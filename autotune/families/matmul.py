@@ -6,10 +6,11 @@ rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the
 split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
 with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
 ``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
-in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Three templates
+in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Five templates
 render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
 the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
-float32 at the tf32 precisions, fp16 for float16).
+float32 at the tf32 precisions, fp16 for float16); with ``WGMMA`` on Hopper, the warpgroup kernels (float16, and
+float32 at the tf32 precisions).
 """
 from __future__ import annotations
 
@@ -36,8 +37,13 @@ def is_tiled(p: Mapping[str, Any]) -> bool:
 
 
 def is_wgmma(p: Mapping[str, Any]) -> bool:
-    """A float16 variant on Hopper's warpgroup MMA (templates/matmul_wgmma.py.j2)."""
+    """A variant on Hopper's warpgroup MMA: float16 (MMA 16, templates/matmul_wgmma.py.j2) or float32 on TF32 (MMA
+    8, templates/matmul_wgmma_tf32.py.j2)."""
     return bool(p.get("WGMMA", 0))
+
+
+def is_wgmma_tf32(p: Mapping[str, Any]) -> bool:
+    return is_wgmma(p) and p.get("MMA") == 8
 
 
 def matmul_threads(p: Mapping[str, Any]) -> int:
@@ -51,9 +57,21 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
-    if is_wgmma(p):  # swizzle atoms start at a 1024-byte boundary: up to 1024 bytes to reach it
-        return p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize + WGMMA_ALIGN
+    if is_wgmma(p):
+        return wgmma_shared_bytes(p, itemsize)
     return shared_stages(p) * (a_tile_elements(p, itemsize) + p["BK"] * (p["BN"] + shared_pad(p, itemsize))) * itemsize
+
+
+def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+    """The operand tiles (float16: ASYNC_STAGES of A and B; TF32: B alone, two buffers of a big and a small part
+    at 3xtf32, three of one part at tf32, whichever is larger, as this does not know the precision) or, after them
+    in the same memory, the BM x (BN + 8) tile of C (float32 at most); and up to 1024 bytes to the first boundary
+    of the swizzle's atoms."""
+    if is_wgmma_tf32(p):
+        operands = 2 * 2 * p["BN"] * p["BK"] * itemsize
+    else:
+        operands = p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+    return max(operands, p["BM"] * (p["BN"] + 8) * 4) + WGMMA_ALIGN
 
 
 def a_row_stride(p: Mapping[str, Any], itemsize: int) -> int:
@@ -172,6 +190,8 @@ def _accumulator_bytes_at_most(p, ctx, max):
 
 
 def _mma_fits(p, ctx):
+    if is_wgmma(p):
+        return None  # wgmma_fits
     k = p["MMA"]
     precision = ctx.family.get("precision", "ieee")
     if ctx.dtype == "float16" and k != 16:
@@ -212,15 +232,42 @@ def _mma_fits(p, ctx):
 def _wgmma_fits(p, ctx):
     if not is_wgmma(p):
         if p["BK"] == 64:
-            return "BK=64 is the depth of the wgmma kernel's tiles (WGMMA=1); the other variants take BK up to 32"
+            return ("BK=64 is the depth of the float16 wgmma kernel's tiles (WGMMA=1); the other variants take BK up "
+                    "to 32")
         return None
-    if ctx.dtype != "float16":
-        return f"WGMMA=1 multiplies float16 (wgmma ... .f32.f16.f16), not {ctx.dtype}"
+    if p["BM"] not in (64, 128, 256) or p["BN"] not in (64, 128, 256):
+        return (f"WGMMA=1 tiles are 64, 128 or 256 rows (a warpgroup per 64) by 64, 128 or 256 columns, not "
+                f"{p['BM']} x {p['BN']}")
+    if ctx.dtype == "float16":
+        return _wgmma_f16_fits(p, ctx)
+    precision = ctx.family.get("precision", "ieee")
+    if ctx.dtype != "float32" or precision == "ieee":
+        return (f"WGMMA=1 multiplies float16 (MMA=16) or float32 at precision tf32 or 3xtf32 (MMA=8), not {ctx.dtype}"
+                + (" at precision ieee" if ctx.dtype == "float32" else ""))
+    if p["MMA"] != 8:
+        return f"WGMMA=1 on float32 issues wgmma m64nNk8 of TF32: MMA must be 8, not {p['MMA']}"
+    if p["BK"] != 32:
+        return (f"WGMMA=1 on float32 reads shared rows of 32 floats (128 bytes, the swizzle's span): BK must be 32, "
+                f"not {p['BK']}")
+    if p["ASYNC_STAGES"]:
+        return "WGMMA=1 on float32 loads its tiles through registers, where they are rounded: ASYNC_STAGES must be 0"
+    if 4 * p["BN"] < p["BM"]:
+        return (f"WGMMA=1 on float32: BN={p['BN']} is too narrow for BM={p['BM']} (each thread loads whole 16-byte "
+                f"pieces of B)")
+    threads = matmul_threads(p)
+    accumulators = p["BN"] // 2 * (2 if precision == "3xtf32" else 1)
+    needed = accumulators + 16 * (3 if precision == "3xtf32" else 2) + p["BN"] * p["BK"] // threads + 24
+    if needed > min(255, 65536 // threads):
+        return (f"WGMMA=1 at {precision}: {threads} threads leave {min(255, 65536 // threads)} registers per thread, "
+                f"where {accumulators} accumulators, the A fragments and the loads need about {needed}")
+    return None
+
+
+def _wgmma_f16_fits(p, ctx):
+    if p["MMA"] != 16:
+        return f"WGMMA=1 on float16 issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
     if p["BK"] != 64:
         return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
-    if p["BM"] not in (64, 128, 256) or p["BN"] not in (64, 128, 256):
-        return (f"WGMMA=1 tiles are 64, 128 or 256 rows (a warpgroup per 64) by 64, 128 or 256 columns (64-column "
-                f"panels of B), not {p['BM']} x {p['BN']}")
     if p["ASYNC_STAGES"] not in (3, 4):
         return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
                 f"not {p['ASYNC_STAGES']}")
@@ -315,13 +362,13 @@ class MatmulFamily(KernelFamily):
 
     def templates(self) -> list[str]:
         return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2",
-                "matmul_wgmma.py.j2"]
+                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2"]
 
     def template(self, params) -> str:
         if not is_tiled(params):
             return "matmul_seed.py.j2"
         if is_wgmma(params):
-            return "matmul_wgmma.py.j2"
+            return "matmul_wgmma_tf32.py.j2" if is_wgmma_tf32(params) else "matmul_wgmma.py.j2"
         return "matmul_mma.py.j2" if params.get("MMA", 0) else "matmul_tiled.py.j2"
 
     def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
@@ -339,7 +386,7 @@ class MatmulFamily(KernelFamily):
         threads = matmul_threads(params)
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=self.out_dtype_of(dtype, args),
-                       ALIGN=WGMMA_ALIGN)
+                       ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"))
             return ctx
         vec = params["VEC"]
         mma = ctx["MMA"]

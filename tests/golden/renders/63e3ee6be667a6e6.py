@@ -100,8 +100,6 @@ def copy_tiles(smem, A, B, M, N, K, lda, ldb, vec_a, vec_b, inside, t, pad, row0
 def matmul(A, B, C, M, N, K, lda, ldb, ldc, vec_a, vec_b, vec_c):
     smem = cuda.shared.array(0, float16)
     tid = cuda.threadIdx.x
-    # Block swizzle: GROUP_M block rows are visited together so their B tiles stay in L2. 32-bit: a 64-bit
-    # division is a call, which would serialize the wgmma.
     pid = uint32(cuda.blockIdx.x)
     grid_m = uint32((M + 127) // 128)
     grid_n = uint32((N + 255) // 256)
@@ -134,9 +132,6 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, vec_a, vec_b, vec_c):
         acc = wgmma_sim(smem, acc, a_at + 32, 16, False, b_at + 2048, 8192, True, tid % 128)
         acc = wgmma_sim(smem, acc, a_at + 64, 16, False, b_at + 4096, 8192, True, tid % 128)
         acc = wgmma_sim(smem, acc, a_at + 96, 16, False, b_at + 6144, 8192, True, tid % 128)
-    # C leaves through shared memory: each thread's pairs into a BM x BN tile there (rows CT_LD apart: 16 bytes of
-    # pad put a warp's 8 rows on distinct banks), then whole 16-byte pieces of rows to C, those outside the matrix
-    # left out.
     cuda.syncthreads()
     ctile = cuda.shared.array(0, float16)
     c0 = pad * 2 // 2
