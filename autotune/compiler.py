@@ -154,14 +154,19 @@ def compile_ahead_report(kernel, cc: tuple[int, int] | None) -> ResourceReport:
     return resource_report(kernel.entry, kernel.signature, cc=cc)
 
 
-def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
-    """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
+def link(ptx: str, cc: tuple[int, int] = DEFAULT_CC) -> tuple[bytes, str]:
+    """The cubin of ``ptx`` for ``target(cc)``, linked with nvJitLink, and ptxas's log (registers, spills, notes
+    such as a serialized wgmma); no GPU needed."""
     from cuda.core import Linker, LinkerOptions, ObjectCode
 
-    ptx = ptx_of(dispatcher, signature, cc)
     linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=arch(cc), verbose=True))
-    linker.link("cubin")
-    log = linker.get_info_log()
+    cubin = bytes(linker.link("cubin").code)
+    return cubin, linker.get_info_log()
+
+
+def resource_report(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> ResourceReport:
+    """Compile the kernel's Python function to PTX and link it with nvJitLink; no GPU needed."""
+    _, log = link(ptx_of(dispatcher, signature, cc), cc)
     return ResourceReport(
         registers=_number(r"[Uu]sed (\d+) registers", log),
         spill_stores=_number(r"(\d+) bytes spill stores", log),

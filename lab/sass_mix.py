@@ -12,18 +12,12 @@ import re
 import subprocess
 import tempfile
 
-from cuda.core import Linker, LinkerOptions, ObjectCode
-from numba import cuda
-
 from autotune.build import build_kernel
-from autotune.compiler import resource_report
+from autotune.compiler import link, ptx_of, resource_report
 
 
 def cubin_of(kernel, cc=(9, 0)) -> bytes:
-    options = getattr(kernel.kernel, "targetoptions", {})
-    ptx, _ = cuda.compile_ptx(kernel.kernel.py_func, kernel.signature, cc=cc, launch_bounds=options.get("launch_bounds"))
-    linker = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=f"sm_{cc[0]}{cc[1]}"))
-    return linker.link("cubin").code
+    return link(ptx_of(kernel.kernel, kernel.signature, cc), cc)[0]
 
 
 def hottest_loop(sass: str) -> list[str]:

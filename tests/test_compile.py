@@ -162,9 +162,7 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
     none after it, and uses no mma.sync or ldmatrix. ptxas keeps the multiplies asynchronous: when an instruction
     other than a wgmma touches the accumulators between a multiply and its wait (C7514, C7515: a branch per
     result stored straight to C did) it serializes every wgmma, which cost the H100 probe 2.6x."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode
-
-    from autotune.compiler import arch
+    from autotune.compiler import link
 
     ptx = ptx_sample("wgmma", "wgmma_tt_f32")
     for name, flags in (("wgmma", "0, 1;"), ("wgmma_tt_f32", "1, 0;")):
@@ -177,9 +175,7 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
         assert set(re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^]]*\], \[[^]]*\], (\d+)", text)) == {("cg", "16")}
         for lbo in (16, 8192):  # K-major (lbo unused) and N- or M-major (64-column panels 8 KB apart); sbo 1024
             assert str(1 << 62 | (1024 >> 4) << 32 | (lbo >> 4) << 16) in text, (name, lbo)
-        linker = Linker(ObjectCode.from_ptx(text.encode()), options=LinkerOptions(arch=arch((9, 0)), verbose=True))
-        linker.link("cubin")
-        log = linker.get_info_log()
+        _, log = link(text, (9, 0))
         assert "serialized" not in log and " 0 bytes spill stores" in log, log
     assert "st.global.v4.f32" in ptx["wgmma_tt_f32"] and "cvt.rn.f16.f32" not in ptx["wgmma_tt_f32"]
     assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u16" in ptx["wgmma"]  # C in 16-byte row pieces
@@ -191,9 +187,7 @@ def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     3xtf32, whose first starts its step's own sum (scale-d 0); operands rounded by cvt.rna; tf32 waits with one
     step left running, 3xtf32 for all (its step sums are added with fp32 adds). No mma.sync, ldmatrix or cp.async;
     ptxas keeps the multiplies asynchronous and spills nothing."""
-    from cuda.core import Linker, LinkerOptions, ObjectCode
-
-    from autotune.compiler import arch
+    from autotune.compiler import link
 
     ptx = ptx_sample("wgmma_3xtf32", "wgmma_tf32_tt")
     pattern = r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32 \{[^}]*\}, \{[^}]*\}, [^,]+, (\d), 1, 1;"
@@ -204,9 +198,7 @@ def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
         assert not any(issues(op, text) for op in ("mma", "ldmatrix", "cp")), name
         assert ("wgmma.wait_group.sync.aligned 1;" in text) == (name == "wgmma_tf32_tt")
         assert "wgmma.wait_group.sync.aligned 0;" in text
-        linker = Linker(ObjectCode.from_ptx(text.encode()), options=LinkerOptions(arch=arch((9, 0)), verbose=True))
-        linker.link("cubin")
-        log = linker.get_info_log()
+        _, log = link(text, (9, 0))
         assert "serialized" not in log and " 0 bytes spill stores" in log, log
 
 
