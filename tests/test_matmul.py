@@ -352,20 +352,10 @@ def test_float16_tensor_core_variants(params, layout, rng):
 # first block's first two K steps take the unchecked copies), through the family's oracle.
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64, "BM": 64, "BN": 64}
 EDGES, ALIGNED = (70, 90, 130), (70, 72, 136)
-WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "nn", None, [EDGES, ALIGNED, (1, 1, 1)]),
-               ({**WGMMA, "ASYNC_STAGES": 4}, "tn", "float32", [ALIGNED]),
-               ({**WGMMA, "ASYNC_STAGES": 3, "GROUP_M": 1}, "nt", None, [ALIGNED]),
-               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "tt", "float32", [EDGES])]
-
-
-@pytest.mark.parametrize("params,layout,out_dtype,shapes", WGMMA_CASES)
-def test_float16_wgmma_variants(params, layout, out_dtype, shapes, rng):
-    from autotune.problem import Problem
-
-    k = build_kernel("matmul", params, "float16", layout=layout, out_dtype=out_dtype)
-    for shape in shapes:
-        problem = Problem("matmul", shape, "float16", {"layout": layout, "out_dtype": out_dtype})
-        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "float16", {"layout": "nn"}, [EDGES, ALIGNED, (1, 1, 1)]),
+               ({**WGMMA, "ASYNC_STAGES": 4}, "float16", {"layout": "tn", "out_dtype": "float32"}, [ALIGNED]),
+               ({**WGMMA, "ASYNC_STAGES": 3, "GROUP_M": 1}, "float16", {"layout": "nt"}, [ALIGNED]),
+               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "float16", {"layout": "tt", "out_dtype": "float32"}, [EDGES])]
 
 
 def test_wgmma_applies_to_float16_tiles_of_its_shape():
@@ -395,20 +385,21 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
 # precisions, every layout, one and two warpgroups, two B pieces per thread and more; edges (partial tiles, rows
 # that are not 16-byte aligned) and aligned shapes (the unchecked loads).
 WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES": 0}
-WGMMA_TF32_CASES = [(WGMMA_TF32, "nn", "3xtf32", [EDGES, (64, 64, 64), (1, 1, 1)]),
-                    ({**WGMMA_TF32, "GROUP_M": 1}, "tn", "tf32", [ALIGNED]),
-                    ({**WGMMA_TF32, "BM": 128}, "nt", "tf32", [EDGES]),
-                    ({**WGMMA_TF32, "BN": 128}, "tt", "3xtf32", [ALIGNED])]
+WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf32"},
+                     [EDGES, (64, 64, 64), (1, 1, 1)]),
+                    ({**WGMMA_TF32, "GROUP_M": 1}, "float32", {"layout": "tn", "precision": "tf32"}, [ALIGNED]),
+                    ({**WGMMA_TF32, "BM": 128}, "float32", {"layout": "nt", "precision": "tf32"}, [EDGES]),
+                    ({**WGMMA_TF32, "BN": 128}, "float32", {"layout": "tt", "precision": "3xtf32"}, [ALIGNED])]
 
 
-@pytest.mark.parametrize("params,layout,precision,shapes", WGMMA_TF32_CASES)
-def test_tf32_wgmma_variants(params, layout, precision, shapes, rng):
+@pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
+def test_wgmma_variants(params, dtype, family, shapes, rng):
+    """Both wgmma kernels' cases (above) through the family's oracle."""
     from autotune.problem import Problem
 
-    k = build_kernel("matmul", params, "float32", layout=layout, precision=precision)
+    k = build_kernel("matmul", params, dtype, **family)
     for shape in shapes:
-        problem = Problem("matmul", shape, "float32", {"layout": layout, "precision": precision})
-        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+        assert check_with_oracle(k, Problem("matmul", shape, dtype, family), rng) == [None, None], (shape, params)
 
 
 def test_wgmma_applies_to_float32_at_the_tf32_precisions():
