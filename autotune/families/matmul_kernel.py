@@ -50,6 +50,7 @@ class MatmulKernel(Planned, Kernel):
         self._launches: dict[tuple[int, int, int], tuple] = {}
         self._int = np.int32 if index_type(params) == "int32" else np.int64
         self._stand_ins = None
+        self._vecs = self._vectors()
 
     def __repr__(self) -> str:
         return f"<MatmulKernel {self.dtype} layout={self.layout} {self.params}>"
@@ -75,9 +76,11 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
         return d, arrays.flat(d), d.shape[1]
 
-    def _wgmma_vectors(self) -> tuple[int, int, int]:
-        """Elements per 16-byte piece of A, B and C in a wgmma variant."""
-        return tuple(WGMMA_VECTOR_BYTES // np.dtype(t).itemsize for t in (self.dtype, self.dtype, self.out_dtype))
+    def _vectors(self) -> tuple[int, int, int]:
+        """Elements per vector of A, B and C: VEC, or per 16-byte piece in a wgmma variant."""
+        if is_wgmma(self.params):
+            return tuple(WGMMA_VECTOR_BYTES // np.dtype(t).itemsize for t in (self.dtype, self.dtype, self.out_dtype))
+        return (self.params.get("VEC", 1),) * 3
 
     def _launch_config(self, M: int, N: int, K: int, stream):
         """The launch configuration, K chunk and workspace of calls of this shape on this stream."""
@@ -173,9 +176,8 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
         configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
-        vecs = self._wgmma_vectors() if is_wgmma(p) else (p.get("VEC", 1),) * 3
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
-                               for x, ld, vec in ((a_flat, lda, vecs[0]), (b_flat, ldb, vecs[1]), (c_flat, N, vecs[2])))
+                               for x, ld, vec in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs))
         if split_add(p) in ("atomic", "vector"):  # the slices add into C
             self._enqueue(*zero(self.module, c_flat, self.simulator, stream))
         i = self._int
