@@ -16,13 +16,19 @@ loaded before the arguments are parsed, so that its own arguments become options
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import sys
+import time
+from dataclasses import replace
 from pathlib import Path
 
 from .records import COMPILE_TIMEOUT_S
 from .registry import BUILTIN, FamilyError, known, register_family
 from .registry import family as family_named
+
+SUITE_TIME_LIMIT_S = 840.0  # the standard suite of a family is tuned within 14 minutes unless told otherwise
+MIN_SHAPE_S = 30.0  # under a time limit, each shape still gets this long
 
 EXIT_ERROR, EXIT_NO_GPU = 2, 3
 TUNING = ("matmul", "reduce")  # the two tuning commands named after built-in families
@@ -142,13 +148,27 @@ def _positive_int(text: str) -> int:
     return value
 
 
-def _positive_float(text: str) -> float:
+def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if math.isnan(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    value = _number(text)
     if not value > 0:
         raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = _number(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
     return value
 
 
@@ -166,8 +186,15 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timeout", type=_positive_float,
                    help="end each shape after about this many seconds: what is compiled is measured, compiles "
                         "still running are queued for the next run")
+    p.add_argument("--time-limit", type=_non_negative_float, metavar="SECONDS",
+                   help="end the whole run after about this many seconds, each shape taking the time left over the "
+                        "shapes left (at most --timeout); 0: no limit (default: %g s for the standard suite, "
+                        "none for shapes given with --shape)" % SUITE_TIME_LIMIT_S)
     p.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid", "cmaes"])
     p.add_argument("--seed", type=int, default=0, help="sampler seed (default 0)")
+    p.add_argument("--no-refine", action="store_true",
+                   help="leave every trial to the sampler (by default, after the start-up trials two in three "
+                        "measure the unmeasured neighbours of the fastest configurations so far)")
     p.add_argument("--storage", help="Optuna storage URL shared by several tuners, e.g. "
                    "postgresql://user:password@host/db (pip install \"autotune[postgres]\"; default: a journal file "
                    "per GPU model under --state-dir)")
@@ -271,6 +298,7 @@ def _replay_parser(sub) -> None:
     r.add_argument("--startup-trials", type=_positive_int, default=10,
                    help="tpe: random trials before it models the results (default 10, as tune)")
     r.add_argument("--no-starts", action="store_true", help="without the search space's starting configurations")
+    r.add_argument("--no-refine", action="store_true", help="without the neighbours of the fastest so far, as tune")
     r.add_argument("--neighbours", metavar="DB_FILE", action="append",
                    help="start from the winners of the 3 nearest other shapes in this database file, as tune does "
                         "(repeatable; the sweep's own shape is left out)")
@@ -290,7 +318,8 @@ def run_replay(args) -> int:
     sweep = load_sweep(args.sweep)
     neighbours = neighbours_from([Path(f) for f in args.neighbours], sweep) if args.neighbours else ()
     settings = Settings(sampler=args.sampler, trials=args.trials, startup_trials=args.startup_trials,
-                        starts=not args.no_starts, neighbours=neighbours, compile_workers=args.compile_workers)
+                        starts=not args.no_starts, refine=not args.no_refine, neighbours=neighbours,
+                        compile_workers=args.compile_workers)
     if not args.json:
         print(f"replaying {args.sampler} on {sweep.problem.key} ({len(sweep.rows)} configurations, "
               f"{sweep.device.name}): {args.seeds} searches of {args.trials} trials", file=sys.stderr)
@@ -419,7 +448,7 @@ def run_tune(args) -> int:
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
                         seed=args.seed, storage=args.storage, state_dir=Path(args.state_dir), devices=devices,
                         space_path=args.space, job_timeout_s=args.job_timeout,
-                        compile_timeout_s=args.compile_timeout)
+                        compile_timeout_s=args.compile_timeout, refine=not args.no_refine)
     if args.compile_workers:
         config.compile_workers = args.compile_workers
     elif sim:
@@ -433,11 +462,17 @@ def run_tune(args) -> int:
     target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
     write = (args.write_db or not sim) and not args.no_db
-    for problem in problems:
-        print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler})",
+    limit = run_time_limit(args)
+    deadline = time.monotonic() + limit if limit else None
+    for left, problem in zip(range(len(problems), 0, -1), problems):
+        shape_config = config if deadline is None else \
+            replace(config, timeout_s=min(config.timeout_s or math.inf,
+                                          max(MIN_SHAPE_S, (deadline - time.monotonic()) / left)))
+        budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
+        print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}{budget})",
               file=sys.stderr)
         incumbent, neighbours = tuning_starts(start_files, problem)
-        results.append(Tuner(problem, config, device, incumbent=incumbent, neighbours=neighbours).run())
+        results.append(Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours).run())
         if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
             for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
                 print(line, file=sys.stderr)
@@ -447,6 +482,14 @@ def run_tune(args) -> int:
     elif sim:
         print("(simulator: nothing written to the database; --write-db to write anyway)")
     return 0 if all(r.best for r in results) else 1
+
+
+def run_time_limit(args) -> float | None:
+    """Seconds the whole tuning run may take: --time-limit (0: none), else SUITE_TIME_LIMIT_S for a family's
+    standard suite on a GPU (so that the default command ends in a known time), else none."""
+    if args.time_limit is not None:
+        return args.time_limit or None
+    return None if args.shape or args.simulator or args.record_sweep else SUITE_TIME_LIMIT_S
 
 
 def record_sweep(args, problems: list, config, device) -> int:

@@ -35,6 +35,7 @@ class Settings:
     trials: int = 100
     startup_trials: int = 10
     starts: bool = True
+    refine: bool = True
     neighbours: tuple[dict[str, Any], ...] = ()
     compile_workers: int | None = None  # None: as the sweep was recorded
 
@@ -73,7 +74,7 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
 
     config = TuneConfig(trials=settings.trials, sampler=settings.sampler, seed=seed, baseline=False,
                         space_path=str(sweep.space_path) if sweep.space_path else None,
-                        startup_trials=settings.startup_trials, starts=settings.starts)
+                        startup_trials=settings.startup_trials, starts=settings.starts, refine=settings.refine)
     tuner = Tuner(sweep.problem, config, sweep.device, report=lambda line: None,
                   neighbours=[dict(n) for n in settings.neighbours], name="replay",
                   storage=optuna.storages.InMemoryStorage())

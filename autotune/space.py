@@ -195,6 +195,40 @@ class SearchSpace:
                 return config
         return None
 
+    def neighbours(self, config: Mapping[str, Any], *, dtype: str,
+                   family: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The valid configurations one step from ``config``: one parameter moved to the next value up or down
+        (integers, whose values are ordered) or to any other value (names). Parameters the move makes apply
+        take their defaults, or each of their values where the move brings in just one (SPLIT_K 1 -> 2 brings
+        each SPLIT_ADD); those it makes inapplicable are dropped. In file order, so that moves of the early,
+        structural parameters come first."""
+        found: dict[str, dict[str, Any]] = {}
+        for p in self.params.values():
+            if p.name not in config:
+                continue
+            index = p.values.index(config[p.name])
+            if isinstance(p.values[0], int):
+                moves = [p.values[i] for i in (index - 1, index + 1) if 0 <= i < len(p.values)]
+            else:
+                moves = [v for v in p.values if v != config[p.name]]
+            for value in moves:
+                base = self._applicable({**config, p.name: value}, family)
+                new = [name for name in base if name not in config]
+                variants = [base] if len(new) != 1 else \
+                    [self._applicable({**base, new[0]: v}, family) for v in self.params[new[0]].values]
+                for candidate in variants:
+                    if not self.violation(candidate, dtype=dtype, family=family):
+                        found.setdefault(config_key(candidate), candidate)
+        return list(found.values())
+
+    def _applicable(self, given: Mapping[str, Any], family: Mapping[str, Any]) -> dict[str, Any]:
+        """``given``'s values of the parameters that apply with them, the others that apply at their defaults."""
+        chosen: dict[str, Any] = {}
+        for p in self.params.values():
+            if p.applies({**self._context(family), **chosen}):
+                chosen[p.name] = given.get(p.name, p.default)
+        return chosen
+
     def _random_config(self, rng: random.Random, family, pin, cheap) -> dict[str, Any] | None:
         chosen: dict[str, Any] = {}
         for p in self.params.values():

@@ -62,6 +62,7 @@ class TuneConfig:
     baseline: bool = True
     startup_trials: int = 10  # TPE's random trials before it models the results
     starts: bool = True  # measure the search space's starting configurations first
+    refine: bool = True  # after the start-up trials, two in three measure neighbours of the fastest so far
 
 
 @dataclass
@@ -206,6 +207,8 @@ class Tuner:
             with self._lock:
                 if self.config.sampler == "grid":
                     self._enqueue_next_grid_point()
+                elif self._refinement_due() and self._enqueue_neighbour_of_fastest():
+                    pass  # the neighbour is the trial asked for next
                 elif rejected and rejected % 3 == 0 and not self._enqueue_random_unseen():
                     return None
                 trial = self.study.ask()
@@ -228,6 +231,26 @@ class Tuner:
                 self._seen[config_key(config)] = trial.number
                 return trial, config
         return None
+
+    def _refinement_due(self) -> bool:
+        """Two of every three trials after the start-up ones, once the queue (starts, re-queued trials) is
+        empty. Counted over the configurations the study holds, so a resumed run keeps the rhythm."""
+        handed = len(self._seen)
+        return (self.config.refine and handed >= self.config.startup_trials and handed % 3 != 0
+                and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
+
+    def _enqueue_neighbour_of_fastest(self) -> bool:
+        """Queue the first unmeasured valid neighbour (one parameter one step away, ``SearchSpace.neighbours``)
+        of the fastest trial whose neighbourhood is not yet measured, if there is one."""
+        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+                if "duplicate_of" not in t.user_attrs and "timing" in t.user_attrs]
+        for t in sorted(done, key=lambda t: _timing(t).median_ms):
+            for config in self.space.neighbours(t.user_attrs["config"], dtype=self.problem.dtype,
+                                                family=self.problem.family):
+                if config_key(config) not in self._seen and not self._prune_reason(config):
+                    self.study.enqueue_trial(study_params(self.space, config))
+                    return True
+        return False
 
     def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
         """A trial of another process sharing the storage that took the same configuration first.

@@ -4,9 +4,10 @@
 
 Per sweep, a table with one row per setting: the median and 10th-percentile fraction of the optimum reached at
 20 and 50 trials, and the score at 50 (see autotune/replay.py). Runs on the CPU. Settings: the default (TPE,
-10 random start-up trials, the search space's start list), TPE with 5 and 20 start-up trials and without the
-start list, random search, CMA-ES where the cmaes package is installed, and TPE from the H100 database's nearest
-other shapes instead of the start list.
+10 random start-up trials, the search space's start list, then two in three trials refining the fastest so far),
+the same without refinement, TPE with 5, 10 and 20 start-up trials and without the start list, random search and
+CMA-ES (both without refinement, as baselines; CMA-ES where the cmaes package is installed), and TPE from the H100
+database's nearest other shapes instead of the start list.
 """
 from __future__ import annotations
 
@@ -25,13 +26,14 @@ DB = ROOT / "tuned_db" / "nvidia-h100-80gb-hbm3.yaml"
 
 
 def settings_for(sweep) -> list[tuple[str, Settings]]:
-    out = [("tpe, start list (default)", Settings("tpe")),
+    out = [("tpe, start list, refinement (default)", Settings("tpe")),
+           ("tpe, start list, no refinement", Settings("tpe", refine=False)),
            ("tpe, no start list", Settings("tpe", starts=False)),
            ("tpe 5 start-up, no start list", Settings("tpe", startup_trials=5, starts=False)),
            ("tpe 20 start-up, no start list", Settings("tpe", startup_trials=20, starts=False)),
-           ("random, no start list", Settings("random", starts=False))]
+           ("random, no start list, no refinement", Settings("random", starts=False, refine=False))]
     if importlib.util.find_spec("cmaes"):
-        out.append(("cmaes, no start list", Settings("cmaes", starts=False)))
+        out.append(("cmaes, no start list, no refinement", Settings("cmaes", starts=False, refine=False)))
     neighbours = neighbours_from([DB], sweep)
     if neighbours:
         out.append((f"tpe, {len(neighbours)} database neighbours, no start list",

@@ -107,6 +107,8 @@ def test_a_bench_report_names_the_measuring_command_without_its_output_folder():
     (["reduce", "--trials", "0"], "must be at least 1"),
     (["reduce", "--trials", "-1"], "must be at least 1"),
     (["reduce", "--timeout", "0"], "must be more than 0"),
+    (["reduce", "--time-limit", "-1"], "must be 0 or more"),
+    (["reduce", "--time-limit", "nan"], "'nan' is not a number"),
     (["reduce", "--shape", "0"], "at least 1"),
     (["matmul", "--shape=-4x4x4"], "is not of the form"),
     (["reduce", "--dtype", "uint8"], "dtype 'uint8' is not supported by reduce"),
@@ -184,3 +186,36 @@ def test_selftest_names_and_skips_a_variant_whose_compile_runs_past_the_limit():
     assert [sample for *_, sample in kept] == [[{"strategy": "naive"}], [{"BLOCK": 64}]], out.getvalue()
     assert "SKIP matmul float32" in out.getvalue() and "compile took longer than 8 s" in out.getvalue()
     assert "1 skipped (not checked)" in out.getvalue() and "COMPILE FAIL" not in out.getvalue()
+
+
+def test_a_time_limit_is_shared_among_the_shapes_left(tmp_path, monkeypatch):
+    """Each shape may take the time left over the shapes left, so one that ends early leaves its time to the
+    rest; the standard suite on a GPU has a limit unless told otherwise, given shapes have none."""
+    import argparse
+
+    import autotune.cli as cli_module
+    import autotune.tuner as tuner_module
+
+    clock, given = [1000.0], []
+
+    class Recorder(tuner_module.Tuner):
+        def run(self):
+            given.append(self.config.timeout_s)
+            clock[0] += {40: 120, 41: 30}.get(self.problem.shape[0], 0)
+            return self.result()
+
+    monkeypatch.setattr(tuner_module, "Tuner", Recorder)
+    monkeypatch.setattr(cli_module.time, "monotonic", lambda: clock[0])
+    shapes = ["--shape", "40", "--shape", "41", "--shape", "42"]
+    cli_module.main(["reduce", "--simulator", *shapes, "--time-limit", "300", "--no-db", "--state-dir", str(tmp_path)])
+    assert given == [100, 90, 150]
+    given.clear()
+    cli_module.main(["reduce", "--simulator", *shapes, "--timeout", "20", "--time-limit", "300", "--no-db",
+                     "--state-dir", str(tmp_path)])
+    assert given == [20, 20, 20]
+    args = lambda **kw: argparse.Namespace(**{"time_limit": None, "shape": None, "simulator": False,  # noqa: E731
+                                              "record_sweep": None, **kw})
+    assert cli_module.run_time_limit(args()) == cli_module.SUITE_TIME_LIMIT_S <= 15 * 60
+    assert cli_module.run_time_limit(args(shape=["40"])) is None
+    assert cli_module.run_time_limit(args(time_limit=0.0)) is None
+    assert cli_module.run_time_limit(args(shape=["40"], time_limit=60.0)) == 60.0

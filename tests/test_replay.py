@@ -116,7 +116,7 @@ def test_the_grid_replayed_reaches_the_optimum_and_counts_as_the_tuner_does(tmp_
 
 def test_scores_grow_with_the_budget_and_random_scores_near_zero(tmp_path):
     sweep = load_sweep(synthetic_sweep(tmp_path))
-    runs = replay(sweep, Settings("random", trials=12, starts=False), range(40))
+    runs = replay(sweep, Settings("random", trials=12, starts=False, refine=False), range(40))
     scores = {s.trials: s for s in score_replays(sweep, runs, budgets=(3, 12), minutes=[])}
     assert scores[3].median_fraction <= scores[12].median_fraction <= 1.0
     assert scores[3].p10_fraction <= scores[3].median_fraction
@@ -169,3 +169,39 @@ def test_record_sweep_in_the_simulator_writes_a_sweep_replay_reads(tmp_path, cap
     assert len(sweep.rows) == 2 and all(r.ok for r in sweep.rows)
     assert sweep.space_path.resolve() == space.resolve()
     assert sweep.recorded["command"].startswith("autotune reduce --simulator --shape 300")
+
+
+def test_refinement_measures_the_neighbours_of_the_fastest_so_far(tmp_path):
+    """After the start-up trials, two in three trials are the first unmeasured neighbour of the fastest
+    configuration that has one (``SearchSpace.neighbours``); the others are the sampler's."""
+    import optuna
+
+    from autotune.space import config_key
+    from autotune.tuner import TuneConfig, Tuner
+
+    sweep = load_sweep(synthetic_sweep(tmp_path))
+    tuner = Tuner(PROBLEM, TuneConfig(trials=20, seed=3, baseline=False, space_path=str(sweep.space_path),
+                                      startup_trials=4, starts=False), DEVICE, report=lambda line: None,
+                  name="t", storage=optuna.storages.InMemoryStorage())
+    tuner.prepare()
+    measured: list[tuple[float, dict]] = []
+    refined = 0
+    for handed in range(20):
+        trial, config = tuner.ask()
+        if handed >= 4 and handed % 3 != 0:
+            expected = next(n for _, c in sorted(measured, key=lambda m: m[0])
+                            for n in tuner.space.neighbours(c, dtype="float32", family=PROBLEM.family)
+                            if config_key(n) not in {config_key(m) for _, m in measured})
+            assert config == expected, handed
+            refined += 1
+        tuner.tell(trial, sweep.row_of(config).outcome(PROBLEM))
+        measured.append((sweep.row_of(config).timing.median_ms, config))
+    assert refined == 11
+
+
+def test_refinement_finds_what_tpe_alone_misses_on_the_fp32_1024_sweep():
+    """On the recorded 1024^3 sweep, TPE from the start list ended at a local optimum (0.946 of the best, no split
+    of K) in 6 of seeds 0-9; with refinement every seed reaches 0.95 within 50 trials."""
+    sweep = load_sweep(ROOT / "benchmarks" / "sweeps" / "matmul-1024.yaml")
+    runs = replay(sweep, Settings("tpe", trials=50), range(10))
+    assert min(fraction_at(r, sweep.best.timing.median_ms)[0] for r in runs) >= 0.95

@@ -173,3 +173,24 @@ def test_tensor_core_variants_are_checked(matmul_space, change, message):
     with pytest.raises(ValueError) as err:
         matmul_space.validate({**WINNER_FP64, **change}, dtype="float64", family={"layout": "nn"})
     assert message in str(err.value)
+
+
+def test_neighbours_move_one_parameter_one_step_and_are_valid(matmul_space):
+    family = {"layout": "nn"}
+    config = matmul_space.validate({"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}, dtype="float32",
+                                   family=family)
+    found = matmul_space.neighbours(config, dtype="float32", family=family)
+    assert found and len({tuple(sorted(c.items())) for c in found}) == len(found)
+    for c in found:
+        assert matmul_space.validate(c, dtype="float32", family=family, fill_defaults=False) == c
+        moved = [k for k in config if k in c and c[k] != config[k]]
+        assert len(moved) == 1, (moved, c)
+        values = matmul_space.params[moved[0]].values
+        if isinstance(values[0], int):
+            assert abs(values.index(c[moved[0]]) - values.index(config[moved[0]])) == 1
+    # SPLIT_K 1 -> 2 brings SPLIT_ADD into play: each of its values is a neighbour; BM 64 -> 32 and 128 both are
+    assert {c["SPLIT_ADD"] for c in found if c.get("SPLIT_K") == 2} == {"atomic", "vector", "last_block"}
+    assert not any(c.get("SPLIT_K") == 4 for c in found)
+    assert {c.get("BM", 64) for c in found} == {32, 64, 128}
+    back = matmul_space.neighbours({**config, "SPLIT_K": 2, "SPLIT_ADD": "vector"}, dtype="float32", family=family)
+    assert config in back  # and SPLIT_ADD is dropped again on the way back
