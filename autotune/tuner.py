@@ -303,17 +303,31 @@ class Tuner:
             self.study.tell(trial, state=TrialState.FAIL)
 
     def _enqueue_starts(self) -> None:
-        """The database's current winner, its nearby shapes' winners and the search space's starting
-        configurations are measured first (those valid for this problem and not in the study yet), so the sampler
-        begins from known-good regions; on resume nothing is added twice."""
+        """The database's current winner first, then its nearby shapes' winners and the search space's starting
+        configurations (those valid for this problem and not in the study yet), so the sampler begins from
+        known-good regions; on resume nothing is added twice.
+
+        Each start is first tried in the form its family fits best to this problem (e.g. split-K where its tiles
+        leave SMs idle), one per start, then in its other forms; all of them together take at most half of the
+        trials, so that the sampler and the refinement around the fastest get the rest (the refinement reaches
+        the other forms as one-step neighbours)."""
         if self.config.sampler == "grid":
             return
         own = list(self.space.starts) if self.config.starts else []
-        starts = ([self.incumbent] if self.incumbent else []) + self.neighbours + own
-        for start in starts:
-            for config in self._start_variants(start):
-                if config_key(config) not in self._seen:
-                    self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
+        first, later = [], []
+        for start in self.neighbours + own:
+            variants = self._start_variants(start)
+            first += variants[:1]
+            later += variants[1:]
+        incumbent = self._start_variants(self.incumbent)[-1:] if self.incumbent else []
+        queued: set[str] = set()
+        for config in incumbent + first + later:
+            key = config_key(config)
+            if len(queued) >= max(1, self.config.trials // 2):
+                break
+            if key not in self._seen and key not in queued:
+                self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
+                queued.add(key)
 
     def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
         """A start fitted to this problem by its family (e.g. split-K for a matmul too small to fill the GPU),

@@ -88,7 +88,7 @@ def test_nearby_shapes_winners_are_measured_right_after_the_incumbent(tmp_path):
     neighbours = [{"BLOCK": 64, "VEC": 4}, {"BLOCK": 128}]  # the first is not in this space
     tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
-                         "starts:\n  - {BLOCK: 64}\n", trials=3, incumbent={"BLOCK": 32}, neighbours=neighbours)
+                         "starts:\n  - {BLOCK: 64}\n", trials=6, incumbent={"BLOCK": 32}, neighbours=neighbours)
     tuner.run()
     assert [t.user_attrs["config"]["BLOCK"] for t in tuner.study.trials[:3]] == [32, 128, 64]
 
@@ -168,6 +168,27 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     # already clamped: split (8 x 16 = 128 blocks: 2 makes 1.94 waves), no second clamped copy
     assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner._start_variants(clamped)
             if c.get("SPLIT_ADD", "atomic") == "atomic"] == [(2, "clamp"), (1, "clamp")]
+
+
+def test_starts_take_at_most_half_the_trials_each_in_its_best_fitted_form_first(tmp_path):
+    """1000^3 has hundreds of start forms (split-K ways, clamped edges); the queue holds the incumbent, then the
+    first form of each start in order, then the other forms, cut at half the trials."""
+    from autotune.tuner import study_params
+
+    h100 = replace(current_device(), sm_count=132)
+    incumbent = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4, "EDGE": "clamp", "SPLIT_K": 2,
+                 "SPLIT_ADD": "vector"}
+    tuner = Tuner(Problem("matmul", (1000, 1000, 1000), "float32"), TuneConfig(trials=60, state_dir=tmp_path,
+                  baseline=False), h100, report=lambda l: None, incumbent=incumbent)
+    tuner.prepare()
+    queued = [t.system_attrs["fixed_params"] for t in tuner.study.get_trials(states=(TrialState.WAITING,))]
+    forms = [tuner._start_variants(s) for s in tuner.space.starts]
+    expected = []
+    for config in [tuner.space.validate(incumbent, dtype="float32", family=tuner.problem.family)] + \
+            [f[0] for f in forms if f] + [c for f in forms for c in f[1:]]:
+        if study_params(tuner.space, config) not in expected:
+            expected.append(study_params(tuner.space, config))
+    assert len(expected) > 100 and queued == expected[:30]
 
 
 def run_cli(args, cwd, **kwargs):
