@@ -82,11 +82,7 @@ class SearchSpace:
         return param.applies({**self._context(family), **chosen})
 
     def defaults(self, family: Mapping[str, Any]) -> dict[str, Any]:
-        chosen: dict[str, Any] = {}
-        for p in self.params.values():
-            if p.applies({**self._context(family), **chosen}):
-                chosen[p.name] = p.default
-        return chosen
+        return self._applicable({}, family)
 
     # -- validation -------------------------------------------------------------------------------
     def validate(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any] | None = None,
