@@ -252,8 +252,8 @@ class KernelFamily(abc.ABC):
 
     def problem_starts(self, start: Mapping[str, Any], problem: "Problem", device: "DeviceInfo",
                        space: "SearchSpace") -> list[dict[str, Any]]:
-        """Copies of a starting configuration fitted to ``problem``, measured before it (e.g. split-K for a
-        matmul too small to fill the GPU)."""
+        """A starting configuration in the forms that fit ``problem``, best fit first (e.g. split-K for a matmul
+        too small to fill the GPU); the start itself, where left out, is measured after them."""
         return []
 
     def unfit_for(self, params: Mapping[str, Any], device: "DeviceInfo") -> str | None:

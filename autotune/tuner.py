@@ -319,7 +319,7 @@ class Tuner:
             variants = self._start_variants(start)
             first += variants[:1]
             later += variants[1:]
-        incumbent = self._start_variants(self.incumbent)[-1:] if self.incumbent else []
+        incumbent = [c for c in [self._validated(self.incumbent)] if c] if self.incumbent else []
         queued: set[str] = set()
         for config in incumbent + first + later:
             key = config_key(config)
@@ -329,16 +329,20 @@ class Tuner:
                 self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
                 queued.add(key)
 
-    def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
-        """A start fitted to this problem by its family (e.g. split-K for a matmul too small to fill the GPU),
-        then the start itself; only those valid for the problem."""
-        problem = self.problem
+    def _validated(self, start: dict[str, Any]) -> dict[str, Any] | None:
         try:
-            config = self.space.validate(start, dtype=problem.dtype, family=problem.family)
+            return self.space.validate(start, dtype=self.problem.dtype, family=self.problem.family)
         except ValueError:
+            return None
+
+    def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
+        """A start in the forms its family fits to this problem, best fit first (e.g. split-K for a matmul too
+        small to fill the GPU), the start as given among them or last; only those valid for the problem."""
+        config = self._validated(start)
+        if config is None:
             return []
-        fitted = problem.impl.problem_starts(config, problem, self.device, self.space)
-        return [c for c in fitted if not self._prune_reason(c)] + [config]
+        forms = self.problem.impl.problem_starts(config, self.problem, self.device, self.space)
+        return [c for c in forms if not self._prune_reason(c)] + ([] if config in forms else [config])
 
     def _enqueue_next_grid_point(self) -> None:
         if self._grid is None:

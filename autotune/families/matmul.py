@@ -528,28 +528,31 @@ class MatmulFamily(KernelFamily):
         return params
 
     def problem_starts(self, start, problem, device, space) -> list[dict[str, Any]]:
-        """Copies of a tiled starting configuration fitted to this problem: split-K that fills the GPU, and
-        clamped edges where M or N is no multiple of the tile.
+        """A tiled starting configuration in the forms that fit this problem, best fit first: the split of K
+        that fills the GPU, and clamped edges where M or N is no multiple of the tile.
 
         A start written for big squares leaves most SMs idle on a skinny or small problem (128x128 tiles of
-        8192x128 are 64 blocks for 132 SMs); splitting K gives the smallest splits that reach 90% of one and of
-        two waves of blocks, as long as each split keeps at least two K tiles. A split start (given or found) is tried with
-        each way of combining its slices (SPLIT_ADD; the tuner drops the vector one where the dtype has none).
-        Where the tiles overhang M or N, the start and its splits are also tried with ``EDGE: clamp``: the 1024^3
-        winner took 0.063 ms on 1000^3 clamped and 0.082 ms not on the H100, which a 40-trial search had not
-        found."""
+        8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, included) that reach
+        90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
+        as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
+        tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
+        tried with ``EDGE: clamp`` first: the 1024^3 winner took 0.063 ms on 1000^3 clamped and 0.082 ms not on
+        the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped."""
         if not is_tiled(start):
             return []
         M, N, _ = problem.shape
-        if start.get("SPLIT_K", 1) > 1:
-            split = [start]
-        else:
-            splits = _filling_splits(start, problem.shape, device.sm_count, space.params["SPLIT_K"].values)
-            split = [{**start, "SPLIT_K": s} for s in splits]
-        fitted = [{**c, "SPLIT_ADD": add} for c in split for add in ("atomic", "vector", "last_block")]
+        given = start.get("SPLIT_K", 1)
+        splits = [given] if given > 1 else \
+            _filling_splits(start, problem.shape, device.sm_count, space.params["SPLIT_K"].values) + [1]
+        forms: list[dict[str, Any]] = []
+        for split in dict.fromkeys(splits):
+            if split == 1:
+                forms.append(dict(start))
+            else:
+                forms += [{**start, "SPLIT_K": split, "SPLIT_ADD": add} for add in ("atomic", "vector", "last_block")]
         if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
-            fitted += [{**c, "EDGE": "clamp"} for c in [*fitted, start]]
-        return fitted
+            forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
+        return forms
 
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
@@ -596,18 +599,20 @@ class MatmulFamily(KernelFamily):
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
-    """The smallest K splits that give 90% of one and of two waves of blocks, each split keeping two K tiles.
+    """The smallest K splits (1 included) that give 90% of one and of two waves of blocks, each split keeping two
+    K tiles.
 
     A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
     barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3 on the H100, where
-    whole waves would start at split 4. This rule proposes the split of 11 of the 12 split-K entries in the H100
-    and H200 databases for their tiles (whole waves: 9), and none of them splits 8."""
+    whole waves would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles
+    of 2048^3, 128 blocks, won unsplit on the H100). This rule proposes the split of 11 of the 12 split-K entries
+    in the H100 and H200 databases for their tiles (whole waves: 9), and none of them splits 8."""
     M, N, K = shape
     blocks = -(-M // start["BM"]) * -(-N // start["BN"])
     found: list[int] = []
     for waves in (0.9, 1.8):
         split = next((s for s in splits if blocks * s >= waves * sm_count), None)
-        if split and split > 1 and K >= 2 * start["BK"] * split and split not in found:
+        if split and (split == 1 or K >= 2 * start["BK"] * split) and split not in found:
             found.append(split)
     return found
 
