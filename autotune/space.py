@@ -381,7 +381,8 @@ def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) 
             outside = sorted(set(values) - set(known), key=str)
             raise SpaceError(f"{here}: values {outside or list(values)} are unknown to the built-in space (yours narrows "
                              f"it); allowed: {list(known)}")
-    default = spec.get("default", values[0])
+    inherited = builtin.params[name].default if builtin is not None else None
+    default = spec.get("default", inherited if inherited in values else values[0])
     if default not in values or type(default) is not type(values[0]):
         raise SpaceError(f"{here}: default {default!r} is not among its values")
     when = spec.get("when") or {}

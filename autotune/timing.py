@@ -41,12 +41,15 @@ class Timing:
                 "p80_ms": round(self.p80_ms, 6), "reps": self.reps}
 
     def faster_than(self, other: "Timing") -> bool:
-        """Faster by more than the noise: the medians differ by more than half the larger p20-p80 range.
+        """Faster by more than the noise: the medians differ by more than half the larger p20-p80 range, or this
+        whole p20-p80 range lies below the other's.
 
         The tuner keeps an earlier winner unless a later variant is faster in this sense, so ties within the
-        noise go to the configuration found first and winners are reproducible."""
+        noise go to the configuration found first and winners are reproducible. The second clause keeps one
+        noisy measurement from standing forever: a recorded 0.0365 ms (p20 0.030, p80 0.062) would otherwise
+        hold off a steady 0.0220 ms (p20-p80 0.0218-0.0222)."""
         margin = 0.5 * max(self.p80_ms - self.p20_ms, other.p80_ms - other.p20_ms)
-        return self.median_ms < other.median_ms - margin
+        return self.median_ms < other.median_ms - margin or self.p80_ms < other.p20_ms
 
 
 def quantile(values: list[float], q: float) -> float:

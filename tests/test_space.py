@@ -103,6 +103,20 @@ def test_user_space_narrows_values(tmp_path):
     assert space.constraints  # the built-in constraints stay
 
 
+def test_a_narrowed_parameter_keeps_the_built_in_default_where_it_still_may(tmp_path):
+    """The built-in starts leave parameters at the built-in defaults out; a narrowed space must read them so
+    (TM narrowed to [4, 8] still defaults to 8), or a start would silently become another configuration."""
+    path = write(tmp_path, """
+        kernel: matmul
+        params:
+          TM: {values: [4, 8]}
+          TN: {values: [2, 4]}
+          BM: {values: [32, 64], default: 64}
+    """)
+    space = load_space("matmul", path)
+    assert [space.params[p].default for p in ("TM", "TN", "BM", "BN")] == [8, 2, 64, 128]
+
+
 def test_a_narrowed_parameter_keeps_where_it_applies(tmp_path):
     # PREFETCH applies only to register-staged copies (ASYNC_STAGES = 0); narrowing its values must not make it
     # apply to the cp.async pipeline too.
