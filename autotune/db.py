@@ -30,6 +30,7 @@ from .problem import Problem
 from .registry import FamilyError, is_known
 from .registry import family as family_named
 from .space import load_space
+from .timing import Timing
 from .yamlfile import YamlFileError, dump_yaml, read_yaml
 
 SCHEMA = 1
@@ -53,6 +54,12 @@ class Entry:
     @property
     def median_ms(self) -> float:
         return float(self.record["time"]["median_ms"])
+
+    @property
+    def timing(self) -> Timing:
+        time = self.record["time"]
+        return Timing(median_ms=float(time["median_ms"]), p20_ms=float(time["p20_ms"]),
+                      p80_ms=float(time["p80_ms"]), reps=int(time["reps"]))
 
 
 @dataclass
@@ -379,18 +386,27 @@ def _mode_for(path: Path) -> int:
 def merge(existing: list[Entry], incoming: list[Entry], *, force: bool = False,
           reason: str = "--force") -> tuple[list[Entry], list[str]]:
     """Entries after merging: an incoming entry replaces the same key only if faster, or if forced (``reason``
-    says why, for the note)."""
+    says why, for the note). A re-measurement of the same configuration is faster by a lower median; another
+    configuration must be faster by more than the noise (``Timing.faster_than``, the tuner's tie rule), so that
+    merging runs of different days does not flip a winner on noise."""
     merged = {e.problem.key: e for e in existing}
     notes = []
     for entry in incoming:
         old = merged.get(entry.problem.key)
-        if old is None or force or entry.median_ms < old.median_ms:
+        if old is None or force or _faster(entry, old):
             merged[entry.problem.key] = entry
             notes.append(_replace_note(entry, old, reason))
         else:
+            beyond = "" if entry.params == old.params else " by more than the noise"
             notes.append(f"kept {entry.problem.key}: {old.median_ms:.4g} ms (the new {entry.median_ms:.4g} ms is not "
-                         f"faster; --force replaces it)")
+                         f"faster{beyond}; --force replaces it)")
     return list(merged.values()), notes
+
+
+def _faster(entry: Entry, old: Entry) -> bool:
+    if entry.params == old.params:
+        return entry.median_ms < old.median_ms
+    return entry.timing.faster_than(old.timing)
 
 
 def _replace_note(entry: Entry, old: Entry | None, reason: str) -> str:

@@ -59,6 +59,16 @@ def test_merge_keeps_others_and_replaces_only_with_faster(tmp_path):
     assert times == {"matmul/float32/nn/64x64x64": 9.0, "reduce/float32/sum/all/1024": 0.5}
 
 
+def test_another_configuration_replaces_an_entry_only_beyond_the_noise(tmp_path):
+    """TIME's p20-p80 range is 0.02 ms: 8.995 ms is within the noise of 9.0 (kept), 8.95 beyond it."""
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry(ms=9.0, strategy="tiled")])
+    notes = db.write_entries(path, DEVICE, [entry(ms=8.995, strategy="tiled", GROUP_M=4)])
+    assert notes[0].startswith("kept") and "not faster by more than the noise" in notes[0]
+    assert db.write_entries(path, DEVICE, [entry(ms=8.95, strategy="tiled", GROUP_M=4)])[0].startswith("replaced")
+    assert [e.median_ms for e in db.load_file(path).entries] == [8.95]
+
+
 def good_file(tmp_path):
     path = tmp_path / "gpu.yaml"
     db.write_entries(path, DEVICE, [entry(), reduce_entry(1024)])
