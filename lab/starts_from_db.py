@@ -6,8 +6,9 @@ A search space's `starts` are measured first by the tuner. Chosen from data, the
 won the committed entries, with the parameters the tuner fits to each problem left out (for matmul: SPLIT_K,
 SPLIT_ADD and EDGE, which ``problem_starts`` tries in the forms that fill the GPU) and so are parameters at the
 space's default (tile sizes are always given). Printed as the YAML flow mappings the space file takes, each
-followed by the entries it won (comments), ordered by how many entries it won (ties: first seen). Configurations that win nothing are not
-proposed: a start that never wins costs a measurement in every run from an empty database.
+followed by the entries it won (comments), ordered by how many entries it won (ties: first seen).
+Configurations that win nothing are not proposed: a start that never wins costs a measurement in every run from
+an empty database.
 """
 from __future__ import annotations
 
@@ -44,14 +45,14 @@ def main() -> None:
     from autotune.space import load_space
 
     space = load_space(a.kernel)
-    won: dict[str, tuple[dict, list[str]]] = {}
+    won: dict[str, list[str]] = {}
     for path in a.files or sorted((ROOT / "tuned_db").glob("*.yaml")):
         for entry in load_file(path, strict=True).entries:
             if entry.problem.kind != a.kernel or entry.params.get("strategy", "tiled") != "tiled":
                 continue
             start = start_of(space, entry, FITTED.get(a.kernel, ()))
-            won.setdefault(flow(start), (start, []))[1].append(f"{path.stem}:{entry.problem.key}")
-    for text, (_, entries) in sorted(won.items(), key=lambda item: -len(item[1][1])):
+            won.setdefault(flow(start), []).append(f"{path.stem}:{entry.problem.key}")
+    for text, entries in sorted(won.items(), key=lambda item: -len(item[1])):
         print(f"  - {text}")
         for entry in entries:
             print(f"      # won {entry}")

@@ -532,7 +532,7 @@ class MatmulFamily(KernelFamily):
         that fills the GPU, and clamped edges where M or N is no multiple of the tile.
 
         A start written for big squares leaves most SMs idle on a skinny or small problem (128x128 tiles of
-        8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, included) that reach
+        8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, among them) that reach
         90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
         tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
@@ -605,8 +605,8 @@ def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: 
     A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
     barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3 on the H100, where
     whole waves would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles
-    of 2048^3, 128 blocks, won unsplit on the H100). This rule proposes the split of 11 of the 12 split-K entries
-    in the H100 and H200 databases for their tiles (whole waves: 9), and none of them splits 8."""
+    of 2048^3, 128 blocks, won unsplit on the H100). For their tiles, this rule proposes the split of 16 of the 17
+    split-K entries in the H100 and H200 databases (none of which splits 8), and 1 for all 20 unsplit ones."""
     M, N, K = shape
     blocks = -(-M // start["BM"]) * -(-N // start["BN"])
     found: list[int] = []
