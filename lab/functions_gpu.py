@@ -201,6 +201,15 @@ def axis_bench(rng) -> list[tuple]:
     return rows
 
 
+def print_axis_bench(rng) -> list[tuple]:
+    rows = axis_bench(rng)
+    print("\n| shape | axis | correct | autotune GB/s | cupy GB/s | torch GB/s | autotune vs cupy |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+    for shape, axis, ok, a, c, t, ratio in rows:
+        print(f"| {shape} | {axis} | {ok} | {a:.0f} | {c:.0f} | {t:.0f} | {ratio:.2f}x |", flush=True)
+    return rows
+
+
 NARROW = (np.int32, np.int64, np.float16)
 
 
@@ -278,11 +287,14 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
     parser.add_argument("--dtypes-only", action="store_true", help="only part 5: int32, int64 and float16")
     parser.add_argument("--host-only", action="store_true", help="only the new-output checks and part 3")
+    parser.add_argument("--axis-only", action="store_true", help="only part 4: reductions along an axis")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     warnings.simplefilter("ignore", autotune.TunedKernelWarning)
     if args.dtypes_only:
         return 1 if print_narrow(rng) else 0
+    if args.axis_only:
+        return 0 if all(row[2] for row in print_axis_bench(rng)) else 1
     t0 = time.time()
     failures = check_new_outputs(rng)
     if not args.host_only:
@@ -294,11 +306,7 @@ def main() -> int:
     race = stream_race(args.iterations)
     print(f"stream test, wrong results of {args.iterations}: {race}", flush=True)
     print_host_times(rng)
-    rows = axis_bench(rng)
-    print("\n| shape | axis | correct | autotune GB/s | cupy GB/s | torch GB/s | autotune vs cupy |\n"
-          "| --- | --- | --- | --- | --- | --- | --- |")
-    for shape, axis, ok, a, c, t, ratio in rows:
-        print(f"| {shape} | {axis} | {ok} | {a:.0f} | {c:.0f} | {t:.0f} | {ratio:.2f}x |")
+    print_axis_bench(rng)
     failures += print_narrow(rng)
     return 1 if failures or race["stream="] else 0
 
