@@ -1,22 +1,26 @@
 """Cold compile time and SASS of every committed winner: the current renders against a saved render set.
 
-    python lab/compile_ab.py --before REV [--before-env NAME=VALUE] [--entries matmul/float32] [--runs 3] [--out FILE.md]
+    python lab/compile_ab.py --before REV [--before-env NAME=VALUE] [--entries matmul/float32] [--changed-only]
+                             [--runs 3] [--out FILE.md]
 
 REV is a git revision whose tests/golden/ holds the "before" renders (the golden renders of the committed database
 at that revision). For each distinct configuration of the committed database (both GPU files), each side is compiled
 in a fresh process, cold, with the real compiler for sm_90 (Numba -> NVVM -> PTX, nvJitLink -> cubin; no GPU
 needed), RUNS times; the median wall time of the compile call is reported. The cubin's SASS (nvdisasm, from
 `pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA/DMMA (the math),
-LDS, LDG and all instructions, and ptxas gives registers and spills. Prints a Markdown table. ``--before-env``
-sets environment variables for the before side only (``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own passes;
-``=lowering``: only the linear lowering pass).
+LDS, LDG and all instructions, and ptxas gives registers and spills; "same SASS" compares the whole SASS of both
+sides with the kernel's name taken out. ``--changed-only`` skips configurations whose render did not change.
+Prints a Markdown table. ``--before-env`` sets environment variables for the before side only
+(``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own passes; ``=lowering``: only the linear lowering pass).
 """
 from __future__ import annotations
 
 import argparse
 import collections
+import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -31,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHILD = r'''
 import json, sys, time
 from autotune.build import build_kernel
-from autotune.compiler import load_source, ptx_of, resource_report
+from autotune.compiler import DEFAULT_CC, arch, load_source, ptx_of, resource_report
 from autotune.problem import Problem
 job = json.loads(sys.argv[1])
 problem = Problem(job["kind"], tuple(job["shape"]), job["dtype"], job["args"])
@@ -44,7 +48,7 @@ report = resource_report(kernel.entry, kernel.signature)
 seconds = time.perf_counter() - t
 from cuda.core import Linker, LinkerOptions, ObjectCode
 ptx = ptx_of(kernel.entry, kernel.signature)
-cubin = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch="sm_90")).link("cubin").code
+cubin = Linker(ObjectCode.from_ptx(ptx.encode()), options=LinkerOptions(arch=arch(DEFAULT_CC))).link("cubin").code
 open(job["cubin"], "wb").write(cubin)
 print(json.dumps({"seconds": seconds, "registers": report.registers,
                   "spill": report.spill_stores + report.spill_loads, "lines": kernel.source.count("\n")}))
@@ -63,11 +67,14 @@ def nvdisasm() -> str:
     raise SystemExit("nvdisasm not found: pip install nvidia-cuda-nvdisasm")
 
 
-def loop_counts(cubin: Path) -> dict[str, int]:
+def loop_counts(cubin: Path) -> dict[str, int | str]:
+    """The hottest loop's instruction counts, and a digest of the whole SASS with the kernel's name taken out
+    (mangled names hold a hash of the source, so equal digests mean the GPU runs the same instructions)."""
     sass = subprocess.run([nvdisasm(), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
     mix = collections.Counter(op.split(".")[0] for line in hottest_loop(sass) if (op := opcode(line)))
+    unnamed = re.sub(r"_ZN\w+", "NAME", sass)
     return {"math": mix["FFMA"] + mix["DMMA"] + mix["HMMA"], "LDS": mix["LDS"], "LDG": mix["LDG"],
-            "all": sum(mix.values())}
+            "all": sum(mix.values()), "sass": hashlib.sha256(unnamed.encode()).hexdigest()[:12]}
 
 
 def measure(job: dict, source: str | None, runs: int, extra_env: dict[str, str] | None = None) -> dict:
@@ -95,6 +102,14 @@ def golden_at(rev: str) -> dict[str, str]:
                                        capture_output=True, text=True).stdout
     index = yaml.safe_load(show("tests/golden/index.yaml"))
     return {name: show(f"tests/golden/renders/{sha}.py") for name, sha in index.items() if name.endswith(" gpu")}
+
+
+def golden_now() -> dict[str, str]:
+    """The current renders, named as in tests/golden/index.yaml."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from golden import current_renders
+
+    return current_renders()
 
 
 def jobs(prefix: str) -> list[tuple[dict, str]]:
@@ -125,21 +140,26 @@ def main() -> None:
                     help="an environment variable for the before side only (repeatable)")
     ap.add_argument("--entries", default="", help="only keys starting with this (e.g. matmul/float32)")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--changed-only", action="store_true", help="skip configurations whose render is unchanged")
     ap.add_argument("--out", help="also write the table to this file")
     a = ap.parse_args()
     before = golden_at(a.before)
     before_env = dict(item.split("=", 1) for item in a.before_env)
     rows = ["| entry | lines before / after | compile s before / after | registers before / after | spill B | "
-            "math per trip | LDS | LDG | all instructions per trip before / after |", "|" + "---|" * 9]
+            "math per trip | LDS | LDG | all instructions per trip before / after | same SASS |", "|" + "---|" * 10]
+    current = golden_now() if a.changed_only else {}
     for job, golden_name in jobs(a.entries):
+        if a.changed_only and current[golden_name] == before[golden_name]:
+            continue
         old = measure(job, before[golden_name], a.runs, before_env)
         new = measure(job, None, a.runs)
         same = all(old["loop"][k] == new["loop"][k] for k in ("math", "LDS", "LDG"))
+        same_sass = "yes" if old["loop"]["sass"] == new["loop"]["sass"] else "no"
         rows.append(f"| {job['key']} | {old['lines']} / {new['lines']} | {old['seconds']:.1f} / {new['seconds']:.1f} | "
                     f"{old['registers']} / {new['registers']} | {old['spill']} / {new['spill']} | "
                     f"{old['loop']['math']} / {new['loop']['math']} | {old['loop']['LDS']} / {new['loop']['LDS']} | "
                     f"{old['loop']['LDG']} / {new['loop']['LDG']} | {old['loop']['all']} / {new['loop']['all']}"
-                    f"{'' if same else ' (DIFFERENT)'} |")
+                    f"{'' if same else ' (DIFFERENT)'} | {same_sass} |")
         print(rows[-1], flush=True)
     emit(rows, a.out)
 

@@ -4,17 +4,20 @@ the command line, else all.
 Run in its own process, without the CUDA simulator (see compile_sample.py).
 """
 import json
+import re
 import sys
 
 from autotune.build import build_kernel
-from autotune.compiler import ptx_of
+from autotune.compiler import load_source, ptx_of
 
 SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
 REDUCE = {"BLOCK": 128, "ITEMS": 2}
 MMA = {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 4, "VEC": 4, "UNROLL_K": 8}
 WGMMA = {"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 4}
 WGMMA_TF32 = {"BM": 128, "BN": 128, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 0}
-VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
+TILED = {"BM": 32, "BN": 64, "BK": 8, "TM": 4, "TN": 8, "VEC": 4, "UNROLL_K": 2, "THREAD_LAYOUT": "strided"}
+VARIANTS = {"tiled": ("matmul", "float32", TILED, {}),
+            "atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
             "vector": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "vector"}, {}),
             "last_block": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "last_block"}, {}),
             "int32_sum": ("reduce", "int32", {**REDUCE, "VEC": 4, "COMBINE": "atomic", "BLOCK_REDUCE": "shuffle"}, {"op": "sum", "axis": None}),
@@ -43,9 +46,21 @@ VARIANTS = {"atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}
             "wgmma_tf32_tt": ("matmul", "float32", WGMMA_TF32, {"precision": "tf32", "layout": "tt"})}
 
 
+def statement_form() -> str:
+    """The PTX of the "tiled" variant with each ``acc = mul_add(acc, a, b)`` written back as ``acc += a * b``."""
+    kind, dtype, params, args = VARIANTS["tiled"]
+    kernel = build_kernel(kind, params, dtype, **args)
+    source, count = re.subn(r"(acc\d+_\d+) = mul_add\(\1, (a\d+), (b\d+)\)", r"\1 += \2 * \3", kernel.source)
+    assert count == params["TM"] * params["TN"] * params["UNROLL_K"], count
+    return ptx_of(getattr(load_source(source), kernel.kernel.py_func.__name__), kernel.signature)
+
+
 def main():
     out = {}
-    for name in sys.argv[1:] or VARIANTS:
+    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements"]:
+        if name == "tiled_statements":
+            out[name] = statement_form()
+            continue
         kind, dtype, params, args = VARIANTS[name]
         kernel = build_kernel(kind, params, dtype, **args)
         out[name] = ptx_of(kernel.kernel, kernel.signature)

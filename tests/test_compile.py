@@ -22,15 +22,15 @@ def run_compiler_script(*args: str, timeout: int = 900) -> subprocess.CompletedP
                           capture_output=True, text=True, env=env, timeout=timeout)
 
 
-def replacement_sample(script: str) -> dict | None:
-    """Run a sample that compares one of autotune's replacements of a numba-cuda pass with the original (the real
-    compiler, its own process); its JSON result, with the replacement installed and 6 variants seen. None on a
-    numba-cuda other than the one the replacement was written for (0.30.4), where it must not be installed."""
+def replacement_sample(script: str, package: str = "numba-cuda", written_for: str = "0.30.4") -> dict | None:
+    """Run a sample that compares one of autotune's replacements of a Numba or numba-cuda pass with the original (the
+    real compiler, its own process); its JSON result, with the replacement installed and 6 variants seen. None on a
+    version of ``package`` other than the one the replacement was written for, where it must not be installed."""
     proc = run_compiler_script(script, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
     if not result["source_matches"]:
-        assert version("numba-cuda") != "0.30.4" and not result["installed"], result
+        assert version(package) != written_for and not result["installed"], result
         return None
     assert result["installed"], result
     assert len(result["variants"]) == 6
@@ -75,6 +75,17 @@ def test_split_k_adds_compile_to_the_chosen_instructions():
     assert "atom.global.add.f32" in atomic and not issues("red", atomic)
     assert "st.global.v4.f32" in last and "membar.gl" in last and "atom.global.add.u32" in last
     assert "atom.global.add.f32" not in last and not issues("red", last)
+
+
+def test_mul_add_compiles_to_the_ptx_of_the_statement():
+    """The tiled kernel's multiply-adds are mul_add calls for the front end's sake; the PTX must be what the plain
+    statements acc += a * b make, byte for byte but the names a process numbers (mangled names hold a hash of the
+    source and a count of kernels compiled; shared arrays a count of those made), so the GPU runs the same kernel:
+    one fma.rn.f32 per multiply-add of the tile."""
+    ptx = ptx_sample("tiled", "tiled_statements")
+    unnamed = {name: unnumbered(text) for name, text in ptx.items()}
+    assert unnamed["tiled"] == unnamed["tiled_statements"]
+    assert len(re.findall(r"\bfma\.rn\.f32\b", ptx["tiled"])) >= 4 * 8 * 2
 
 
 def test_reductions_of_narrow_dtypes_accumulate_wide():
@@ -207,6 +218,13 @@ def ptx_sample(*names: str) -> dict[str, str]:
     proc = run_compiler_script("ptx_sample.py", *names, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout)
+
+
+def unnumbered(ptx: str) -> str:
+    """PTX with its mangled names made one, and its shared arrays numbered in order of first use."""
+    order: dict[str, str] = {}
+    ptx = re.sub(r"_cudapy_smem_\d+", lambda m: order.setdefault(m.group(), f"smem{len(order)}"), ptx)
+    return re.sub(r"_ZN\w+", "NAME", ptx)
 
 
 def issues(opcode: str, ptx: str) -> bool:

@@ -47,19 +47,22 @@ def test_install_refuses_a_changed_pass(monkeypatch):
 
 
 def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
-    """AUTOTUNE_NUMBA_PATCH: unset or 1 installs both replacements, 0 none, a list only those named; a name that is
+    """AUTOTUNE_NUMBA_PATCH: unset or 1 installs every replacement, 0 none, a list only those named; a name that is
     not a replacement is an error naming the choices, not a silent no-op. The compile path installs what it says
     (stand-in modules record the calls; the simulator check is bypassed)."""
     import pytest
 
-    from autotune import backend, compiler, numba_lowering, numba_ssa
+    from autotune import backend, compiler, numba_liveness, numba_lowering, numba_ssa, numba_typing
 
     installed = []
     monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
     monkeypatch.setattr(numba_ssa, "install", lambda: installed.append("ssa"))
+    monkeypatch.setattr(numba_liveness, "install", lambda: installed.append("liveness"))
+    monkeypatch.setattr(numba_typing, "install", lambda: installed.append("typing"))
     monkeypatch.setattr(backend, "simulator", lambda: False)
-    for value, expected in ((None, ["lowering", "ssa"]), ("1", ["lowering", "ssa"]), ("0", []),
-                            ("ssa", ["ssa"]), (" lowering , ", ["lowering"]), ("ssa,lowering", ["lowering", "ssa"])):
+    every = ["lowering", "ssa", "liveness", "typing"]
+    for value, expected in ((None, every), ("1", every), ("0", []), ("ssa", ["ssa"]), (" lowering , ", ["lowering"]),
+                            ("ssa,lowering", ["lowering", "ssa"]), ("liveness", ["liveness"])):
         if value is None:
             monkeypatch.delenv("AUTOTUNE_NUMBA_PATCH", raising=False)
         else:
@@ -68,5 +71,5 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
         compiler._speed_up_numba()
         assert installed == expected, value
     monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "ssa,inlining")
-    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa"):
+    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa, liveness, typing"):
         compiler.numba_passes_wanted()
