@@ -50,13 +50,13 @@ def load_source(source: str) -> ModuleType:
     return module
 
 
-NUMBA_PASSES = ("lowering", "ssa", "liveness", "typing")
+NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing")
 
 
 def numba_passes_wanted() -> tuple[str, ...]:
     """Which of autotune's replacements of numba-cuda compiler passes to install: ``AUTOTUNE_NUMBA_PATCH`` unset
     or ``1``, all; ``0``, none (numba-cuda as it is); else a comma-separated list of them (``lowering``, ``ssa``,
-    ``liveness``, ``typing``), so each can be measured or ruled out alone."""
+    ``liveness``, ``scopes``, ``typing``), so each can be measured or ruled out alone."""
     value = os.environ.get("AUTOTUNE_NUMBA_PATCH", "1").strip()
     if value == "1":
         return NUMBA_PASSES
@@ -72,13 +72,15 @@ def numba_passes_wanted() -> tuple[str, ...]:
 
 def _speed_up_numba() -> None:
     """The linear lowering pass (``numba_lowering``), the indexed SSA reconstruction (``numba_ssa``), the
-    bit-set liveness analysis (``numba_liveness``) and remembered call typing (``numba_typing``), before the first
-    kernel is compiled; not in the simulator. Each gives Numba's own result, faster."""
-    from . import backend, numba_liveness, numba_lowering, numba_ssa, numba_typing
+    bit-set liveness analysis (``numba_liveness``), the scope repair once per scope (``numba_scopes``) and
+    remembered call typing (``numba_typing``), before the first kernel is compiled; not in the simulator. Each
+    gives Numba's own result, faster."""
+    from . import backend, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
 
     if backend.simulator():
         return
-    replacements = {"lowering": numba_lowering, "ssa": numba_ssa, "liveness": numba_liveness, "typing": numba_typing}
+    replacements = {"lowering": numba_lowering, "ssa": numba_ssa, "liveness": numba_liveness, "scopes": numba_scopes,
+                    "typing": numba_typing}
     wanted = numba_passes_wanted()
     for name in NUMBA_PASSES:
         if name in wanted:

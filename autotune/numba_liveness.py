@@ -14,8 +14,7 @@ process-wide and affects every function this process compiles, autotune's or not
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
+from .numba_guard import replace_in, source_matches
 
 KNOWN_SOURCE_SHA256 = "cdb51290c1658e9296610f99cb7c5bd51fbc2610822b3cedab72c4d86b4fc7c2"
 
@@ -36,13 +35,7 @@ def _ir_utils():
 
 def original_source_matches() -> bool:
     """True when numba-cuda's function is the one the replacement was written against."""
-    function = _analysis().compute_live_map
-    original = getattr(function, "__wrapped__", function)
-    try:
-        source = inspect.getsource(original)
-    except (OSError, TypeError):
-        return False
-    return hashlib.sha256(source.encode()).hexdigest() == KNOWN_SOURCE_SHA256
+    return source_matches(_analysis().compute_live_map, KNOWN_SOURCE_SHA256)
 
 
 class _Bits:
@@ -51,6 +44,7 @@ class _Bits:
     def __init__(self) -> None:
         self.index: dict[str, int] = {}
         self.names: list[str] = []
+        self.decoded: dict[int, frozenset[str]] = {}
 
     def of(self, names) -> int:
         positions = []
@@ -68,13 +62,18 @@ class _Bits:
         return int.from_bytes(buffer, "little")
 
     def names_of(self, bits: int) -> set[str]:
-        found = set()
+        """The names of a bit set, as a new set (blocks often share one: it is decoded once)."""
+        known = self.decoded.get(bits)
+        if known is None:
+            known = self.decoded[bits] = frozenset(self._decode(bits))
+        return set(known)
+
+    def _decode(self, bits: int):
         for byte_index, byte in enumerate(bits.to_bytes((bits.bit_length() + 7) // 8, "little")):
             while byte:
                 low = byte & -byte
-                found.add(self.names[(byte_index << 3) + low.bit_length() - 1])
+                yield self.names[(byte_index << 3) + low.bit_length() - 1]
                 byte ^= low
-        return found
 
 
 def compute_live_map(cfg, blocks, var_use_map, var_def_map):
@@ -121,9 +120,6 @@ def install() -> bool:
         return True
     if not original_source_matches():
         return False
-    analysis, ir_utils = _analysis(), _ir_utils()
-    compute_live_map.__wrapped__ = analysis.compute_live_map
-    analysis.compute_live_map = compute_live_map
-    ir_utils.compute_live_map = compute_live_map
+    replace_in((_analysis(), _ir_utils()), "compute_live_map", compute_live_map)
     _state["installed"] = True
     return True

@@ -14,8 +14,7 @@ process-wide and affects every function this process compiles, autotune's or not
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
+from .numba_guard import source_matches
 
 KNOWN_SOURCE_SHA256 = "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"
 
@@ -31,13 +30,7 @@ def _functions():
 
 def original_source_matches() -> bool:
     """True when Numba's method is the one the replacement was written against."""
-    method = _functions().BaseFunction.get_call_type
-    original = getattr(method, "__wrapped__", method)
-    try:
-        source = inspect.getsource(original)
-    except (OSError, TypeError):
-        return False
-    return hashlib.sha256(source.encode()).hexdigest() == KNOWN_SOURCE_SHA256
+    return source_matches(_functions().BaseFunction.get_call_type, KNOWN_SOURCE_SHA256)
 
 
 def remembered(original):

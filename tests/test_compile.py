@@ -6,7 +6,6 @@ import os
 import re
 import subprocess
 import sys
-from importlib.metadata import version
 from pathlib import Path
 
 from autotune.registry import family
@@ -20,21 +19,6 @@ def run_compiler_script(*args: str, timeout: int = 900) -> subprocess.CompletedP
     env["PYTHONPATH"] = str(HERE.parent)
     return subprocess.run([sys.executable, *(str(HERE / a) if a.endswith(".py") else a for a in args)],
                           capture_output=True, text=True, env=env, timeout=timeout)
-
-
-def replacement_sample(script: str, package: str = "numba-cuda", written_for: str = "0.30.4") -> dict | None:
-    """Run a sample that compares one of autotune's replacements of a Numba or numba-cuda pass with the original (the
-    real compiler, its own process); its JSON result, with the replacement installed and 6 variants seen. None on a
-    version of ``package`` other than the one the replacement was written for, where it must not be installed."""
-    proc = run_compiler_script(script, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    result = json.loads(proc.stdout.splitlines()[-1])
-    if not result["source_matches"]:
-        assert version(package) != written_for and not result["installed"], result
-        return None
-    assert result["installed"], result
-    assert len(result["variants"]) == 6
-    return result
 
 
 def test_covering_samples_compile_for_sm90():

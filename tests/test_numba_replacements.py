@@ -1,0 +1,270 @@
+"""autotune's replacements of Numba and numba-cuda passes give the originals' results and PTX, are installed only
+over the sources they mirror, and as AUTOTUNE_NUMBA_PATCH says.
+
+One compile of each sample kernel (tests/replacements_sample.py, its own process with the real compiler) runs every
+replacement next to its original on each call; then the PTX is made with all originals and with all replacements.
+The guards are checked on stand-in modules, so this process's Numba is not touched.
+"""
+import hashlib
+import inspect
+import json
+from importlib.metadata import version
+
+import pytest
+
+from test_compile import run_compiler_script
+
+# What each replacement mirrors: the package and version its source guard was written against.
+WRITTEN_FOR = {"lowering": ("numba-cuda", "0.30.4"), "ssa": ("numba-cuda", "0.30.4"),
+               "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1")}
+
+
+@pytest.fixture(scope="module")
+def result() -> dict:
+    proc = run_compiler_script("replacements_sample.py", timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_each_replacement_is_installed_exactly_where_its_guard_matches(result):
+    """Installed over the version it was written for; on another version its source guard fails and Numba's own
+    stays (this is what a numba or numba-cuda upgrade would show)."""
+    for name, (package, written_for) in WRITTEN_FOR.items():
+        seen = result[name]
+        assert seen["installed"] == seen["source_matches"], (name, seen)
+        if not seen["source_matches"]:
+            assert version(package) != written_for, (name, package)
+
+
+def test_the_ptx_is_the_same_with_every_replacement_and_with_none(result):
+    assert result["same_ptx"] and all(result["same_ptx"].values()), result["same_ptx"]
+
+
+def check(result, name) -> dict:
+    """The replacement's record per variant, or a skip where it is not installed (another version)."""
+    if not result[name]["installed"]:
+        pytest.skip(f"{name}: not the version the replacement was written for; the original stays")
+    assert len(result[name]["variants"]) == 6
+    return result[name]["variants"]
+
+
+def test_the_linear_lowering_pass_finds_the_same_variables(result):
+    """For every function lowered (unrolled matmul blocks of ~2000 variables, tensor-core fp64, reductions), the same
+    set of singly assigned variables; on a small function's IR edited so that each of the rule's exclusions decides,
+    the same too."""
+    variants = check(result, "lowering")
+    for name, seen in variants.items():
+        assert seen["functions"] >= 1 and seen["variables"] > 0 and seen["equal"], (name, seen)
+    assert max(seen["variables"] for seen in variants.values()) > 1500  # a long unrolled block was in
+    assert result["lowering"]["small"] == {"plain": True, "assigned twice": True, "alloca": True}
+
+
+def test_the_indexed_ssa_passes_make_the_same_ir(result):
+    """The same statements, fresh names and phi nodes from SSA reconstruction, the same blocks from phi stripping,
+    and the same for a function that reads a variable one path never assigned."""
+    variants = check(result, "ssa")
+    for name, seen in variants.items():
+        assert seen["functions"] >= 1 and seen["violators"] > 0, name
+        assert seen["equal"] and seen["stripped_equal"], (name, seen)
+    assert max(seen["violators"] for seen in variants.values()) > 300  # an unrolled K loop was in
+    assert max(seen["phis"] for seen in variants.values()) > 50
+    assert result["ssa"]["small"] == {"uninitialised": True}
+
+
+def test_the_bit_set_liveness_finds_the_same_live_variables(result):
+    """Every live map the compile asks for: the same sets, blocks in the same order."""
+    variants = check(result, "liveness")
+    for name, seen in variants.items():
+        assert seen["calls"] >= 1 and seen["variables"] > 0 and seen["equal"], (name, seen)
+    assert max(seen["variables"] for seen in variants.values()) > 1500
+    assert max(seen["blocks"] for seen in variants.values()) > 20  # a graph with loops and branches
+
+
+def test_the_scope_repair_once_per_scope_defines_the_same_variables(result):
+    """Each block's scope ends with the same names and variables in the same order; the kernels' blocks share one
+    scope that defines everything already, so a small function whose blocks were given two scopes, one empty,
+    checks the repair where it defines variables."""
+    variants = check(result, "scopes")
+    for name, seen in variants.items():
+        assert seen["calls"] >= 1 and seen["variables"] > 0 and seen["equal"], (name, seen)
+    split = result["scopes"]["small"]["split scopes"]
+    assert split["blocks"] >= 3 and split["defined"] > 0 and split["equal"], split
+
+
+def test_remembered_typing_answers_as_the_template_search(result):
+    """Every signature question gets the same signature and implementation key from a fresh template search and
+    from the record, most of them from the record."""
+    variants = check(result, "typing")
+    for name, seen in variants.items():
+        assert seen["questions"] >= 1 and seen["equal"], (name, seen)
+    biggest = max(variants.values(), key=lambda seen: seen["questions"])
+    assert biggest["questions"] > 1500 and biggest["remembered"] > 0.8 * biggest["questions"]
+
+
+def test_lowering_install_refuses_a_changed_pass(monkeypatch):
+    """The guard compares the source of numba-cuda's method; a different hash leaves the method in place (checked
+    on a stand-in class, so this process's numba-cuda is not touched)."""
+    from autotune import numba_lowering
+
+    class Lower:
+        def _find_singly_assigned_variable(self):
+            return "numba-cuda's own"
+
+    class Module:
+        pass
+
+    module = Module()
+    module.Lower = Lower
+    monkeypatch.setattr(numba_lowering, "_lowering", lambda: module)
+    monkeypatch.setattr(numba_lowering, "_state", {"installed": False})
+    original = Lower._find_singly_assigned_variable
+    assert not numba_lowering.original_source_matches()
+    assert not numba_lowering.install() and Lower._find_singly_assigned_variable is original
+
+    digest = hashlib.sha256(inspect.getsource(original).encode()).hexdigest()
+    monkeypatch.setattr(numba_lowering, "KNOWN_SOURCE_SHA256", digest)
+    assert numba_lowering.install() and Lower._find_singly_assigned_variable is not original
+    assert Lower._find_singly_assigned_variable.__wrapped__ is original
+
+
+def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
+    """AUTOTUNE_NUMBA_PATCH: unset or 1 installs every replacement, 0 none, a list only those named; a name that is
+    not a replacement is an error naming the choices, not a silent no-op. The compile path installs what it says
+    (stand-in modules record the calls; the simulator check is bypassed)."""
+    from autotune import backend, compiler, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
+
+    installed = []
+    monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
+    monkeypatch.setattr(numba_ssa, "install", lambda: installed.append("ssa"))
+    monkeypatch.setattr(numba_liveness, "install", lambda: installed.append("liveness"))
+    monkeypatch.setattr(numba_scopes, "install", lambda: installed.append("scopes"))
+    monkeypatch.setattr(numba_typing, "install", lambda: installed.append("typing"))
+    monkeypatch.setattr(backend, "simulator", lambda: False)
+    every = ["lowering", "ssa", "liveness", "scopes", "typing"]
+    for value, expected in ((None, every), ("1", every), ("0", []), ("ssa", ["ssa"]), (" lowering , ", ["lowering"]),
+                            ("ssa,lowering", ["lowering", "ssa"]), ("liveness", ["liveness"])):
+        if value is None:
+            monkeypatch.delenv("AUTOTUNE_NUMBA_PATCH", raising=False)
+        else:
+            monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", value)
+        installed.clear()
+        compiler._speed_up_numba()
+        assert installed == expected, value
+    monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "ssa,inlining")
+    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa, liveness, scopes, typing"):
+        compiler.numba_passes_wanted()
+
+
+def test_ssa_install_refuses_changed_sources(monkeypatch):
+    """The guard hashes the sources of the functions the replacement mirrors; a different hash leaves both passes
+    in place (checked on stand-in modules, so this process's numba-cuda is not touched)."""
+    from autotune import numba_ssa
+
+    class Module:
+        pass
+
+    ssa, typed_passes = Module(), Module()
+    for name in numba_ssa.REPLACED:
+        exec(f"def {name}():\n    return 'numba-cuda ' + {name!r}\n", ssa.__dict__)
+
+    class PreLowerStripPhis:
+        def _strip_phi_nodes(self=None):
+            return "numba-cuda strip"
+
+    typed_passes.PreLowerStripPhis = PreLowerStripPhis
+    original, original_strip = ssa._run_ssa, PreLowerStripPhis._strip_phi_nodes
+    monkeypatch.setattr(numba_ssa, "_ssa", lambda: ssa)
+    monkeypatch.setattr(numba_ssa, "_typed_passes", lambda: typed_passes)
+    monkeypatch.setattr(numba_ssa, "_state", {"installed": False})
+    monkeypatch.setattr(numba_ssa.inspect, "getsource", lambda obj: obj())
+    for replacement in (numba_ssa.run_ssa, numba_ssa.strip_phi_nodes):  # install sets these
+        monkeypatch.setattr(replacement, "__wrapped__", None, raising=False)
+    assert not numba_ssa.original_source_matches()
+    assert not numba_ssa.install()
+    assert ssa._run_ssa is original and PreLowerStripPhis._strip_phi_nodes is original_strip
+
+    monkeypatch.setattr(numba_ssa, "KNOWN_SOURCE_SHA256", numba_ssa._source_digest(ssa, typed_passes))
+    assert numba_ssa.install()
+    assert ssa._run_ssa is numba_ssa.run_ssa and PreLowerStripPhis._strip_phi_nodes is numba_ssa.strip_phi_nodes
+    assert numba_ssa.run_ssa.__wrapped__ is original and numba_ssa.strip_phi_nodes.__wrapped__ is original_strip
+
+
+def test_liveness_install_refuses_a_changed_analysis(monkeypatch):
+    """The guard compares the source of numba-cuda's function; a different hash leaves it in place in both modules
+    that call it (checked on stand-in modules, so this process's numba-cuda is not touched)."""
+    from autotune import numba_guard, numba_liveness
+
+    class Module:
+        pass
+
+    analysis, ir_utils = Module(), Module()
+    exec("def compute_live_map(cfg, blocks, var_use_map, var_def_map):\n    return 'numba-cuda'\n", analysis.__dict__)
+    original = ir_utils.compute_live_map = analysis.compute_live_map
+    monkeypatch.setattr(numba_liveness, "_analysis", lambda: analysis)
+    monkeypatch.setattr(numba_liveness, "_ir_utils", lambda: ir_utils)
+    monkeypatch.setattr(numba_liveness, "_state", {"installed": False})
+    monkeypatch.setattr(numba_guard.inspect, "getsource", lambda obj: "def compute_live_map(): changed\n")
+    monkeypatch.setattr(numba_liveness.compute_live_map, "__wrapped__", None, raising=False)
+    assert not numba_liveness.original_source_matches()
+    assert not numba_liveness.install()
+    assert analysis.compute_live_map is original and ir_utils.compute_live_map is original
+
+    monkeypatch.setattr(numba_liveness, "KNOWN_SOURCE_SHA256",
+                        hashlib.sha256(b"def compute_live_map(): changed\n").hexdigest())
+    assert numba_liveness.install()
+    assert analysis.compute_live_map is numba_liveness.compute_live_map is ir_utils.compute_live_map
+    assert numba_liveness.compute_live_map.__wrapped__ is original
+
+
+def test_scopes_install_refuses_a_changed_function(monkeypatch):
+    """The guard compares the source of numba-cuda's function; a different hash leaves it in place in both modules
+    that call it (checked on stand-in modules, so this process's numba-cuda is not touched)."""
+    from autotune import numba_guard, numba_scopes
+
+    class Module:
+        pass
+
+    ir_utils, untyped_passes = Module(), Module()
+    exec("def fixup_var_define_in_scope(blocks):\n    return 'numba-cuda'\n", ir_utils.__dict__)
+    original = untyped_passes.fixup_var_define_in_scope = ir_utils.fixup_var_define_in_scope
+    monkeypatch.setattr(numba_scopes, "_ir_utils", lambda: ir_utils)
+    monkeypatch.setattr(numba_scopes, "_untyped_passes", lambda: untyped_passes)
+    monkeypatch.setattr(numba_scopes, "_state", {"installed": False})
+    monkeypatch.setattr(numba_guard.inspect, "getsource", lambda obj: "def fixup_var_define_in_scope(): changed\n")
+    monkeypatch.setattr(numba_scopes.fixup_var_define_in_scope, "__wrapped__", None, raising=False)
+    assert not numba_scopes.original_source_matches()
+    assert not numba_scopes.install()
+    assert ir_utils.fixup_var_define_in_scope is original and untyped_passes.fixup_var_define_in_scope is original
+
+    monkeypatch.setattr(numba_scopes, "KNOWN_SOURCE_SHA256",
+                        hashlib.sha256(b"def fixup_var_define_in_scope(): changed\n").hexdigest())
+    assert numba_scopes.install()
+    assert ir_utils.fixup_var_define_in_scope is numba_scopes.fixup_var_define_in_scope
+    assert untyped_passes.fixup_var_define_in_scope is numba_scopes.fixup_var_define_in_scope
+    assert numba_scopes.fixup_var_define_in_scope.__wrapped__ is original
+
+
+def test_typing_install_refuses_a_changed_method(monkeypatch):
+    """The guard compares the source of Numba's method; a different hash leaves it in place (checked on a stand-in
+    class, so this process's Numba is not touched)."""
+    from autotune import numba_guard, numba_typing
+
+    class BaseFunction:
+        def get_call_type(self, context, args, kws):
+            return "numba's own"
+
+    class Module:
+        pass
+
+    module = Module()
+    module.BaseFunction = BaseFunction
+    original = BaseFunction.get_call_type
+    monkeypatch.setattr(numba_typing, "_functions", lambda: module)
+    monkeypatch.setattr(numba_typing, "_state", {"installed": False})
+    monkeypatch.setattr(numba_guard.inspect, "getsource", lambda obj: "def get_call_type(): changed\n")
+    assert not numba_typing.original_source_matches()
+    assert not numba_typing.install() and BaseFunction.get_call_type is original
+
+    monkeypatch.setattr(numba_typing, "KNOWN_SOURCE_SHA256",
+                        hashlib.sha256(b"def get_call_type(): changed\n").hexdigest())
+    assert numba_typing.install() and BaseFunction.get_call_type.__wrapped__ is original
