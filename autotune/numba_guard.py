@@ -3,7 +3,9 @@
 A replacement mirrors one exact version of the function it replaces, so it is installed only where that
 function's source, hashed, is the one it was written against; elsewhere Numba's own stays. Installing puts the
 replacement under the function's name in each module that calls it by that name (a module that imported the
-name holds its own reference), and keeps the original as the replacement's ``__wrapped__``.
+name holds its own reference), and keeps the original as the replacement's ``__wrapped__``. Installation is
+process-wide, before the first kernel compiles (``autotune.compiler``); it changes how fast Numba compiles, not
+what: each replacement's test compares its results and the PTX with the original's.
 """
 from __future__ import annotations
 

@@ -8,9 +8,8 @@ post-processing of the IR): about a sixth of a large winner's compile. The repla
 equations, in the same order, on integers used as bit sets (one bit per variable) and returns the same sets;
 the least fixed point of these equations does not depend on how they are computed.
 
-It is installed only over the exact function it was written against (``KNOWN_SOURCE_SHA256``, numba-cuda 0.30.4):
-any other version keeps its own. ``AUTOTUNE_NUMBA_PATCH`` (``autotune.compiler``) can leave it out. Installation is
-process-wide and affects every function this process compiles, autotune's or not, by speed only.
+Installed as ``autotune.numba_guard`` describes, over numba-cuda 0.30.4's function only; ``AUTOTUNE_NUMBA_PATCH``
+(``autotune.compiler``) can leave it out. It affects every function the process compiles, by speed only.
 """
 from __future__ import annotations
 

@@ -12,9 +12,9 @@ process-wide and affects every kernel this process lowers, autotune's or not, by
 """
 from __future__ import annotations
 
-import hashlib
-import inspect
 from collections import Counter, defaultdict
+
+from .numba_guard import source_matches
 
 KNOWN_SOURCE_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
 
@@ -29,13 +29,7 @@ def _lowering():
 
 def original_source_matches() -> bool:
     """True when numba-cuda's method is the one the replacement was written against."""
-    method = _lowering().Lower._find_singly_assigned_variable
-    original = getattr(method, "__wrapped__", method)
-    try:
-        source = inspect.getsource(original)
-    except (OSError, TypeError):
-        return False
-    return hashlib.sha256(source.encode()).hexdigest() == KNOWN_SOURCE_SHA256
+    return source_matches(_lowering().Lower._find_singly_assigned_variable, KNOWN_SOURCE_SHA256)
 
 
 def singly_assigned_variables(lower) -> set[str]:

@@ -7,9 +7,8 @@ pass per distinct scope gives the same definitions in the same order (a variable
 first of its blocks is found there by all the others): for a large matmul winner, hundreds of blocks times
 thousands of variables, about 7% of its compile.
 
-It is installed only over the exact function it was written against (``KNOWN_SOURCE_SHA256``, numba-cuda 0.30.4):
-any other version keeps its own. ``AUTOTUNE_NUMBA_PATCH`` (``autotune.compiler``) can leave it out. Installation is
-process-wide and affects every function this process compiles, autotune's or not, by speed only.
+Installed as ``autotune.numba_guard`` describes, over numba-cuda 0.30.4's function only; ``AUTOTUNE_NUMBA_PATCH``
+(``autotune.compiler``) can leave it out. It affects every function the process compiles, by speed only.
 """
 from __future__ import annotations
 

@@ -8,9 +8,8 @@ The replacement remembers each successful answer per function type, typing conte
 and on a repeated question returns it and re-records the implementation key the search would have recorded
 (lowering reads it next). Questions that fail are searched each time, so errors read as before.
 
-It is installed only over the exact method it was written against (``KNOWN_SOURCE_SHA256``, numba 0.68.1): any
-other version keeps its own. ``AUTOTUNE_NUMBA_PATCH`` (``autotune.compiler``) can leave it out. Installation is
-process-wide and affects every function this process compiles, autotune's or not, by speed only.
+Installed as ``autotune.numba_guard`` describes, over numba 0.68.1's method only; ``AUTOTUNE_NUMBA_PATCH``
+(``autotune.compiler``) can leave it out. It affects every function the process compiles, by speed only.
 """
 from __future__ import annotations
 
