@@ -37,6 +37,7 @@ def load_source(source: str) -> ModuleType:
     if name in sys.modules:
         return sys.modules[name]
     _speed_up_numba()
+    _fix_simulator()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -48,6 +49,14 @@ def load_source(source: str) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
+
+
+def _fix_simulator() -> None:
+    """In the simulator, shared arrays allocated under a lock (``simulator_shared``)."""
+    from . import backend, simulator_shared
+
+    if backend.simulator():
+        simulator_shared.install()
 
 
 NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing")

@@ -10,6 +10,7 @@ import inspect
 import json
 from importlib.metadata import version
 
+import numpy as np
 import pytest
 
 from test_compile import run_compiler_script
@@ -258,3 +259,33 @@ def test_typing_install_refuses_a_changed_method(monkeypatch):
     monkeypatch.setattr(numba_typing, "KNOWN_SOURCE_SHA256",
                         hashlib.sha256(b"def get_call_type(): changed\n").hexdigest())
     assert numba_typing.install() and BaseFunction.get_call_type.__wrapped__ is original
+
+
+def test_the_simulators_shared_arrays_are_one_per_line_and_block_under_contention():
+    """The simulator's shared arrays are created under a lock (autotune/simulator_shared.py): threads that reach
+    the same line together all get one array. Loading a kernel in the simulator installs it; then many threads,
+    released at once by a barrier, ask one block's allocator for the array of one line, many times."""
+    import threading
+
+    from numba.cuda.simulator import kernelapi
+
+    from autotune import simulator_shared
+    from autotune.build import build_kernel
+
+    build_kernel("reduce", {}, op="sum", axis=None).entry  # loads a kernel: the simulator's fix is installed
+    if not simulator_shared.original_source_matches():
+        pytest.skip("another numba-cuda: its simulator stays as it is")
+    assert kernelapi.FakeCUDAShared.array is simulator_shared.array
+    for _ in range(20):
+        shared, barrier, got = kernelapi.FakeCUDAShared(0), threading.Barrier(32), []
+
+        def take():
+            barrier.wait()
+            got.append(shared.array(16, np.float32))
+
+        threads = [threading.Thread(target=take) for _ in range(32)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert len(got) == 32 and all(a is got[0] for a in got)
