@@ -29,3 +29,14 @@ def replace_in(modules, name: str, replacement) -> None:
     replacement.__wrapped__ = getattr(modules[0], name)
     for module in modules:
         setattr(module, name, replacement)
+
+
+def install_once(state: dict, matches, put) -> bool:
+    """Run ``put`` (which installs a replacement) once per process, only where ``matches()``; whether installed."""
+    if state["installed"]:
+        return True
+    if not matches():
+        return False
+    put()
+    state["installed"] = True
+    return True

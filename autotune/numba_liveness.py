@@ -13,7 +13,7 @@ Installed as ``autotune.numba_guard`` describes, over numba-cuda 0.30.4's functi
 """
 from __future__ import annotations
 
-from .numba_guard import replace_in, source_matches
+from .numba_guard import install_once, replace_in, source_matches
 
 KNOWN_SOURCE_SHA256 = "cdb51290c1658e9296610f99cb7c5bd51fbc2610822b3cedab72c4d86b4fc7c2"
 
@@ -115,10 +115,5 @@ def compute_live_map(cfg, blocks, var_use_map, var_def_map):
 def install() -> bool:
     """Put the bit-set version in place (once per process) where numba-cuda calls it; False where the guard says
     no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
-    replace_in((_analysis(), _ir_utils()), "compute_live_map", compute_live_map)
-    _state["installed"] = True
-    return True
+    return install_once(_state, original_source_matches,
+                        lambda: replace_in((_analysis(), _ir_utils()), "compute_live_map", compute_live_map))

@@ -12,7 +12,7 @@ Installed as ``autotune.numba_guard`` describes, over numba-cuda 0.30.4's functi
 """
 from __future__ import annotations
 
-from .numba_guard import replace_in, source_matches
+from .numba_guard import install_once, replace_in, source_matches
 
 KNOWN_SOURCE_SHA256 = "19e4d8d64a2fb063a62c4760097e977c81f84b5782e3dadebe2b10bee844536c"
 
@@ -57,10 +57,6 @@ def fixup_var_define_in_scope(blocks) -> None:
 def install() -> bool:
     """Put the once-per-scope version in place (once per process) where numba-cuda calls it; False where the guard
     says no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
-    replace_in((_ir_utils(), _untyped_passes()), "fixup_var_define_in_scope", fixup_var_define_in_scope)
-    _state["installed"] = True
-    return True
+    modules = (_ir_utils(), _untyped_passes())
+    return install_once(_state, original_source_matches,
+                        lambda: replace_in(modules, "fixup_var_define_in_scope", fixup_var_define_in_scope))

@@ -13,7 +13,7 @@ Installed as ``autotune.numba_guard`` describes, over numba 0.68.1's method only
 """
 from __future__ import annotations
 
-from .numba_guard import source_matches
+from .numba_guard import install_once, source_matches
 
 KNOWN_SOURCE_SHA256 = "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"
 
@@ -57,11 +57,6 @@ def remembered(original):
 
 def install() -> bool:
     """Put the remembering version in place (once per process); False where the guard says no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
     base = _functions().BaseFunction
-    base.get_call_type = remembered(base.get_call_type)
-    _state["installed"] = True
-    return True
+    return install_once(_state, original_source_matches,
+                        lambda: setattr(base, "get_call_type", remembered(base.get_call_type)))

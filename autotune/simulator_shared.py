@@ -18,7 +18,7 @@ import traceback
 
 import numpy as np
 
-from .numba_guard import source_matches
+from .numba_guard import install_once, replace_in, source_matches
 
 KNOWN_SOURCE_SHA256 = "46c69699220dd500ba43cd23a5eedb48ea3f2ea602876838c887e592d4055d75"
 
@@ -58,12 +58,4 @@ def array(self, shape, dtype, alignment=None):
 
 def install() -> bool:
     """Put the locked version in place (once per process); False where the guard says no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
-    shared = _fake_shared()
-    array.__wrapped__ = shared.array
-    shared.array = array
-    _state["installed"] = True
-    return True
+    return install_once(_state, original_source_matches, lambda: replace_in((_fake_shared(),), "array", array))
