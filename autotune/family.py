@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import abc
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -87,6 +88,11 @@ class Case:
     expected: np.ndarray | None  # None where verify works it out itself (a large matmul: Freivalds' test)
     what: str = "elements"
     tolerance: float | None = None
+
+    @cached_property
+    def inputs64(self) -> tuple[np.ndarray, ...]:
+        """The inputs in float64, made once per case: a large matmul's exact test reads them at every check."""
+        return tuple(np.asarray(a, dtype=np.float64) for a in self.inputs)
 
 
 class Kernel:

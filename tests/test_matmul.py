@@ -554,3 +554,25 @@ def test_the_bench_reports_each_contenders_error_against_float64(rng):
     reduce = Problem("reduce", (1000,), "float32", {"op": "sum"})
     assert reduce.impl.result_error(reduce, (np.ones(1000),), np.ones(1)) is None
     assert "rel. error" not in _section(reduce, [{"name": "autotune", "timing": timing}], device)
+
+
+@pytest.mark.parametrize("layout", ["nn", "tn"])
+def test_large_products_are_checked_exactly_by_freivalds_test(layout, rng):
+    """Past EXACT_LIMIT the oracle checks C by Freivalds' test and sampled elements (no float64 product of the
+    whole): the right C passes, and one element off by one, or one row left at zero, is found."""
+    from autotune.families.matmul import EXACT_LIMIT
+    from autotune.problem import Problem
+
+    problem = Problem("matmul", (641, 523, 449), "float32", {"layout": layout})
+    assert 641 * 523 * 449 > EXACT_LIMIT
+    impl = problem.impl
+    (case,) = impl.verification(problem, impl.inputs(problem, rng, "check"), rng)
+    assert case.expected is None
+    A, B = case.inputs
+    right = (A.astype(np.float64) @ B.astype(np.float64)).astype(np.float32)
+    assert impl.verify(problem, case, right, rng) is None
+    off_by_one, zero_row = right.copy(), right.copy()
+    off_by_one[int(rng.integers(641)), int(rng.integers(523))] += 1
+    zero_row[int(rng.integers(641))] = 0
+    for wrong in (off_by_one, zero_row):
+        assert "Freivalds" in impl.verify(problem, case, wrong, rng)
