@@ -1,5 +1,6 @@
 """Accept the user's arrays: NumPy (copied to the GPU), Numba device arrays, and anything exposing the CUDA
-Array Interface (CuPy arrays, PyTorch CUDA tensors)."""
+Array Interface (CuPy arrays, PyTorch CUDA tensors; PyTorch's bfloat16 tensors through their bits, see
+autotune/dtypes.py)."""
 from __future__ import annotations
 
 from typing import Any
@@ -7,14 +8,32 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
+from .dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, retyped, torch_bits
+
 
 def is_host(x: Any) -> bool:
     return isinstance(x, np.ndarray)
 
 
+def host_to_device(x: np.ndarray):
+    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer)."""
+    if x.dtype == BFLOAT16:
+        return retyped(cuda.to_device(x.view(np.uint16)), BFLOAT16)
+    return cuda.to_device(x)
+
+
+def device_to_host(d) -> np.ndarray:
+    """``d.copy_to_host()`` of a Numba device array; a bfloat16 one travels as its bits."""
+    if d.dtype == BFLOAT16:
+        return kernel_view(d).copy_to_host().view(BFLOAT16)
+    return d.copy_to_host()
+
+
 def to_host(x: Any) -> np.ndarray:
     """A copy on the host of any array accepted here: Numba (.copy_to_host()), CuPy (.get()), PyTorch (.cpu())
     or NumPy."""
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return device_to_host(x)
     for method in ("copy_to_host", "get"):
         if hasattr(x, method):
             return np.asarray(getattr(x, method)())
@@ -32,9 +51,11 @@ def to_device(x: Any, name: str):
     if isinstance(x, np.ndarray):
         if not (x.flags.c_contiguous or x.flags.f_contiguous):
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
-        return cuda.to_device(x)
+        return host_to_device(x)
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
+    if is_torch_bfloat16(x):
+        return retyped(cuda.as_cuda_array(torch_bits(x), sync=False), BFLOAT16)
     if hasattr(x, "__cuda_array_interface__"):
         return cuda.as_cuda_array(x, sync=False)  # ordered on the GPU instead: see producer_stream
     raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
@@ -48,7 +69,15 @@ def producer_stream(x: Any) -> int | None:
     Arrays are imported without Numba's host synchronisation on that stream (which blocks the caller until the
     GPU is idle on it, and for a kernel queued behind a long producer costs the whole overlap); a caller that
     launches on another stream makes that stream wait for this one on the GPU (``streams.follow``)."""
-    return stream_of(getattr(x, "__cuda_array_interface__", None))
+    return stream_of(interface(x))
+
+
+def interface(x: Any) -> dict | None:
+    """The CUDA Array Interface dict of ``x``, None where it has none; a PyTorch bfloat16 tensor's is its int16
+    view's with the typestr "bfloat16" (PyTorch exports none for bfloat16)."""
+    if is_torch_bfloat16(x):
+        return dict(torch_bits(x).__cuda_array_interface__, typestr="bfloat16")
+    return getattr(x, "__cuda_array_interface__", None)
 
 
 def stream_of(interface: dict | None) -> int | None:
@@ -91,7 +120,7 @@ def aligned(d, width: int) -> bool:
 def plan_key(*xs: Any) -> tuple | None:
     """What identifies a call's device arrays (pointer, shape, strides, dtype of each; None entries allowed);
     None when one is a host array or not an array at all."""
-    return interfaces_key([None if x is None else getattr(x, "__cuda_array_interface__", False) for x in xs])
+    return interfaces_key([None if x is None else interface(x) or False for x in xs])
 
 
 def interfaces_key(interfaces: list) -> tuple | None:
@@ -110,10 +139,10 @@ def interfaces_key(interfaces: list) -> tuple | None:
 
 def byte_range(x) -> tuple[int, int]:
     """The device bytes [first, end) an array's elements occupy (empty for a zero-size array)."""
-    interface = getattr(x, "__cuda_array_interface__", None) or x.__array_interface__
-    shape, strides = tuple(interface["shape"]), interface.get("strides")
-    itemsize = np.dtype(interface["typestr"]).itemsize
-    start = interface["data"][0]
+    found = interface(x) or x.__array_interface__
+    shape, strides = tuple(found["shape"]), found.get("strides")
+    itemsize = np.dtype(found["typestr"]).itemsize
+    start = found["data"][0]
     if 0 in shape:
         return start, start
     if strides is None:

@@ -58,7 +58,7 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
         t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
         res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
         rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
-                     "accuracy": problem.impl.result_error(problem, inst.time_host, inst.out.copy_to_host())})
+                     "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
     for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
             t = bench(call, flush=flusher)

@@ -424,6 +424,34 @@ def mul_add(typingctx, acc, a, b):
     return acc(acc, a, b), _mul_add_codegen
 
 
+@intrinsic
+def bf16_to_f32(typingctx, bits):
+    """A bfloat16 element, given as its bits (uint16), as float32: exact, since the bits are a float32's top half
+    (NaN and infinities included)."""
+    if bits != types.uint16:
+        raise TypeError(f"bf16_to_f32 takes bfloat16 bits as uint16, got {bits}")
+
+    def codegen(context, builder, sig, args):
+        wide = builder.zext(args[0], ir.IntType(32))
+        return builder.bitcast(builder.shl(wide, ir.Constant(ir.IntType(32), 16)), ir.FloatType())
+
+    return types.float32(bits), codegen
+
+
+@intrinsic
+def f32_to_bf16(typingctx, x):
+    """float32 rounded to bfloat16 (to nearest, ties to even; NaN stays NaN), as its bits: ``cvt.rn.bf16.f32``
+    (sm_80 and later)."""
+    if x != types.float32:
+        raise TypeError(f"f32_to_bf16 takes a float32, got {x}")
+
+    def codegen(context, builder, sig, args):
+        asm = ir.InlineAsm(ir.FunctionType(ir.IntType(16), [ir.FloatType()]), "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+        return builder.call(asm, args)
+
+    return types.uint16(x), codegen
+
+
 def tile_slot(count: int, i: int, j: int, columns: int) -> int:
     """Where a register tile's element (i, j) lives in its tuple: reverse row-major order, the order in which
     Numba's SSA form of separately named accumulators had numbered them (ptxas allocates registers by it; in
@@ -526,7 +554,8 @@ def tile_add(typingctx, a, b):
     return sig, codegen
 
 
-__all__ = ["atomic_max_nan", "atomic_min_nan", "maximum", "minimum", "mul_add", "cp_async4", "cp_async8",
-           "cp_async16", "cp_async_commit", "cp_async_wait0", "cp_async_wait1", "cp_async_wait2", "dmma_tile",
-           "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1", "red_add2", "red_add4",
-           "tile_add", "tile_of", "vload2", "vload4", "vload8", "vstore2", "vstore4", "vstore8"]
+__all__ = ["atomic_max_nan", "atomic_min_nan", "bf16_to_f32", "f32_to_bf16", "maximum", "minimum", "mul_add",
+           "cp_async4", "cp_async8", "cp_async16", "cp_async_commit", "cp_async_wait0", "cp_async_wait1",
+           "cp_async_wait2", "dmma_tile", "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1",
+           "red_add2", "red_add4", "tile_add", "tile_of", "vload2", "vload4", "vload8", "vstore2", "vstore4",
+           "vstore8"]

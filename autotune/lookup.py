@@ -47,10 +47,10 @@ def get_best_kernel(kind: str, shape, dtype: Any = "float32", *, device: str | N
     ``get_best_kernel("reduce", (1 << 24,), op="max")(x)``; ``get_best_kernel("reduce", (M, N), axis=1)``.
 
     The first call of a kernel in a process with an empty disk cache compiles it: one to two seconds for a
-    reduction, 2.5-6 s of compiling for an fp32 matmul winner on one core of a 2-core CPU (18-20 s for the whole
-    first call of the 4096^3 winner on an H100 machine before the compile was halved; 1.2-1.5 s with the cache
-    filled). ``autotune warm`` compiles every database entry ahead (run it once when you build a
-    container or install on a machine); later processes load the compiled code.
+    reduction, 2.5-6 s of compiling for an fp32 matmul winner on one core of a 2-core CPU; on an H100 machine the
+    first call of the 4096^3 winner takes 7.5 s (1.6 s with the cache filled). ``autotune warm`` compiles every
+    database entry ahead (run it once when you build a container or install on a machine); later processes load
+    the compiled code.
     """
     problem = Problem(kind, shape, dtype, family_args)
     folders = lookup_folders(db, device)

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from .dtypes import kernel_view, numpy_dtype
 from .oracle import poison
 from .registry import family as family_named
 
@@ -56,7 +57,7 @@ def shape_text(shape: tuple[int, ...]) -> str:
 def dtype_name(dtype: Any) -> str:
     """'float32' for np.float32, 'f4', np.dtype('float32') or 'float32'; ValueError for what is no dtype."""
     try:
-        return np.dtype(dtype).name
+        return numpy_dtype(dtype).name
     except TypeError:
         raise ValueError(f"dtype {dtype!r} is not a NumPy dtype") from None
 
@@ -126,33 +127,37 @@ class Instance:
     def __init__(self, problem: Problem, rng: np.random.Generator):
         from numba import cuda
 
+        from .arrays import host_to_device
+
         self.problem = problem
         self.rng = rng
         impl = problem.impl
         self.check_host = impl.inputs(problem, rng, "check")
-        self.cases = [(case, [cuda.to_device(a) for a in case.inputs])
+        self.cases = [(case, [host_to_device(a) for a in case.inputs])
                       for case in impl.verification(problem, self.check_host, rng)]
         self.check_args = self.cases[0][1]
         self.time_host = impl.inputs(problem, rng, "time")
-        self.time_args = [cuda.to_device(a) for a in self.time_host]
+        self.time_args = [host_to_device(a) for a in self.time_host]
         self.out = cuda.device_array(problem.out_shape, dtype=problem.out_dtype)
+        self.poisoned = host_to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
 
     def run(self, kernel, timing: bool = False) -> None:
         kernel(*(self.time_args if timing else self.check_args), out=self.out)
 
     def poison(self) -> None:
-        from numba import cuda
-
-        dtype = self.problem.out_dtype
-        self.out.copy_to_device(cuda.to_device(np.full(self.problem.out_shape, poison(dtype), dtype)))
+        """Fill the output with the poison, from a poisoned copy kept on the device (a check's only copy in); as
+        bits where the simulator's copy cannot cast (bfloat16)."""
+        kernel_view(self.out).copy_to_device(kernel_view(self.poisoned))
 
     def check(self, kernel) -> str | None:
         """Run ``kernel`` on each case into a poisoned output (NaN, see oracle.poison); None if every result is right, else what is
         wrong (the family's oracle says)."""
+        from .arrays import device_to_host
+
         for case, args in self.cases:
             self.poison()
             kernel(*args, out=self.out)
-            problem = self.problem.impl.verify(self.problem, case, self.out.copy_to_host(), self.rng)
+            problem = self.problem.impl.verify(self.problem, case, device_to_host(self.out), self.rng)
             if problem:
                 return problem
         return None

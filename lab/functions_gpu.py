@@ -1,7 +1,7 @@
 """On the GPU: the NumPy-style functions (autotune.sum/max/.../matmul) checked against NumPy, the caller's stream
 honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
 
-    python lab/functions_gpu.py [--quick] [--dtypes-only] [--host-only]   (needs CuPy and PyTorch; Markdown tables)
+    python lab/functions_gpu.py [--quick] [--dtypes-only] [--bfloat16-only] [--host-only]   (CuPy, PyTorch)
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
    NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks; repeated calls without
@@ -17,6 +17,8 @@ honoured, host time per call, and (outer, R, inner) reductions against CuPy and 
 5. int32, int64 and float16 reductions (``--dtypes-only``: this part alone): checked against NumPy's own result
    bit for bit (integers over the whole dtype; float16 sums of integers against the exact sum rounded once),
    then sums timed as in 4 against cupy.sum and torch.sum (the same result dtype: int64 for int32).
+6. bfloat16 (``--bfloat16-only``): NumPy (ml_dtypes) arrays and PyTorch tensors (into a bfloat16 ``out=``) checked
+   as float16 is in 5; sums of PyTorch tensors timed against torch.sum (bfloat16 result both).
 """
 import argparse
 import sys
@@ -281,11 +283,70 @@ def print_narrow(rng) -> list[str]:
     return failures
 
 
+def check_bfloat16(rng) -> list[str]:
+    """bfloat16 from NumPy (ml_dtypes) and from PyTorch (into a bfloat16 ``out=`` tensor): sums of integers against
+    the exact sum rounded once, max/min/nanmax bit for bit against NumPy's on the widened data, NaN included."""
+    import torch
+
+    bf16 = np.dtype("bfloat16")
+    failures = []
+    for shape, axes in (((1 << 24) + 3,), (None,)), ((1031, 2053), (0, 1)), ((64, 1000, 33), (1, 2)):
+        for op in ("sum", "max", "min", "nanmax"):
+            x32 = narrow_data(rng, shape, np.float32, op)
+            x = x32.astype(bf16)
+            t = torch.from_numpy(x.view(np.int16)).cuda().view(torch.bfloat16)
+            for axis in axes:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", RuntimeWarning)
+                    want = OPS[op](x.astype(np.float64), axis=axis).astype(bf16)
+                out = torch.full(np.shape(want), float("nan"), dtype=torch.bfloat16, device="cuda")
+                from_torch = getattr(autotune, op)(t, axis=axis, out=out)
+                got = [np.asarray(getattr(autotune, op)(x, axis=axis)),
+                       from_torch.view(torch.int16).cpu().numpy().view(bf16)]
+                for way, g in zip(("numpy", "torch"), got):
+                    if g.dtype != bf16 or not np.array_equal(g.astype(np.float32), np.asarray(want, np.float32),
+                                                             equal_nan=True):
+                        failures.append(f"{op} bfloat16 {shape} axis={axis} from {way}")
+    return failures
+
+
+def bfloat16_bench(rng) -> list[tuple]:
+    import torch
+
+    flush = L2Flusher()
+    rows = []
+    for shape, axis in (((1 << 20,), None), ((1 << 26,), None), ((8192, 8192), 1), ((8192, 8192), 0)):
+        t = torch.randn(shape, device="cuda").to(torch.bfloat16)
+        r = torch.empty(() if axis is None else (shape[1 - axis],), dtype=torch.bfloat16, device="cuda")
+        autotune.sum(t, axis=axis, out=r)
+        same = torch.sum(t.float()) if axis is None else torch.sum(t.float(), dim=axis)
+        close = bool(torch.allclose(r.float(), same, rtol=1e-2, atol=1e-2 * float(same.abs().max())))
+        times = {"autotune": bench(lambda: autotune.sum(t, axis=axis, out=r), flush=flush).median_ms,
+                 "torch": bench(lambda: torch.sum(t) if axis is None else torch.sum(t, dim=axis),
+                                flush=flush).median_ms}
+        gbps = {k: t.numel() * 2 / v / 1e6 for k, v in times.items()}
+        rows.append(("x".join(map(str, shape)), axis, close, gbps["autotune"], gbps["torch"],
+                     times["torch"] / times["autotune"]))
+    return rows
+
+
+def print_bfloat16(rng) -> list[str]:
+    t0 = time.time()
+    failures = check_bfloat16(rng)
+    print(f"bfloat16 checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
+    print("\n| shape | axis | close to torch's float32 sum | autotune GB/s | torch GB/s | autotune vs torch |\n"
+          "| --- | --- | --- | --- | --- | --- |")
+    for shape, axis, close, a, t, ratio in bfloat16_bench(rng):
+        print(f"| {shape} | {axis} | {close} | {a:.0f} | {t:.0f} | {ratio:.2f}x |", flush=True)
+    return failures
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="fewer shapes in the checks")
     parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
     parser.add_argument("--dtypes-only", action="store_true", help="only part 5: int32, int64 and float16")
+    parser.add_argument("--bfloat16-only", action="store_true", help="only part 6: bfloat16 (NumPy and PyTorch)")
     parser.add_argument("--host-only", action="store_true", help="only the new-output checks and part 3")
     parser.add_argument("--axis-only", action="store_true", help="only part 4: reductions along an axis")
     args = parser.parse_args()
@@ -293,6 +354,8 @@ def main() -> int:
     warnings.simplefilter("ignore", autotune.TunedKernelWarning)
     if args.dtypes_only:
         return 1 if print_narrow(rng) else 0
+    if args.bfloat16_only:
+        return 1 if print_bfloat16(rng) else 0
     if args.axis_only:
         return 0 if all(row[2] for row in print_axis_bench(rng)) else 1
     t0 = time.time()

@@ -86,6 +86,22 @@ def test_reductions_of_narrow_dtypes_accumulate_wide():
     assert "f16" not in re.sub(r"cvt\.f32\.f16", "", half)  # nothing else in half precision
 
 
+def test_bfloat16_reductions_read_bits_and_round_once():
+    """bfloat16 is loaded as 16-bit patterns (four at once with VEC 4), widened by a shift into a float32 (no
+    conversion instruction), summed in float32 (row slices atomically in a float32 workspace) and rounded to
+    bfloat16 once, by cvt.rn.bf16.f32, where the result is stored; ptxas takes the conversion for sm_90."""
+    from autotune.compiler import link
+
+    ptx = ptx_sample("bfloat16_sum", "bfloat16_max")
+    for name, text in ptx.items():
+        assert "ld.global.v4.u16" in text and "cvt.u32.u16" in text and "shl.b32" in text, name
+        assert "cvt.f32.bf16" not in text and "f16" not in text.replace("cvt.rn.bf16.f32", ""), name
+    assert "atom.global.add.f32" in ptx["bfloat16_sum"] and "cvt.rn.bf16.f32" not in ptx["bfloat16_sum"]
+    assert "cvt.rn.bf16.f32" in ptx["bfloat16_max"] and "st.global.u16" in ptx["bfloat16_max"]
+    _, log = link(ptx["bfloat16_max"], (9, 0))
+    assert " 0 bytes spill stores" in log, log
+
+
 def test_each_precision_issues_its_mma():
     """tf32 rounds each fragment value once (cvt.rna.tf32.f32) and issues m16n8k8 (k4 at MMA=4) with TF32 operands
     and fp32 accumulators; 3xtf32 splits each value into its TF32 rounding and the rest (the same conversions and

@@ -177,6 +177,36 @@ def test_float16_reductions_accumulate_in_float32(rng):
     assert autotune.dot(a, b) == np.float16(a.astype(np.float64) @ b.astype(np.float64))
 
 
+def test_bfloat16_reductions_accumulate_in_float32(rng):
+    """bfloat16 in, bfloat16 out (ml_dtypes' dtype, as NumPy gives with it), accumulated in float32 and rounded
+    once: integer sums past 256, where bfloat16 stops counting by ones, are the bfloat16 nearest the exact sum;
+    max and min exact with NaN and infinities; every axis form, keepdims, dtype= naming the result's dtype."""
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    for shape, axes in (((1031,), (None,)), ((37, 5), (0, -1)), ((3, 11, 5), (1, 2))):
+        x = (rng.integers(0, 9, size=shape) + 2).astype(bf16)
+        for axis in axes:
+            got = autotune.sum(x, axis=axis, keepdims=True, dtype="bfloat16")
+            assert np.asarray(got).dtype == bf16
+            np.testing.assert_array_equal(got, x.astype(np.float64).sum(axis=axis, keepdims=True).astype(bf16))
+        y = data(rng, shape, "max", np.float32)
+        y.flat[rng.choice(y.size, 3, replace=False)] = [np.inf, -np.inf, -0.0]
+        y = y.astype(bf16)
+        for op in ("max", "min", "nanmax"):
+            for axis in axes:
+                got = np.asarray(getattr(autotune, op)(y, axis=axis))
+                want = expected(op, y.astype(np.float32), axis, False).astype(bf16)
+                assert got.dtype == bf16  # NumPy's testing sees NaN only in its own float dtypes: compare widened
+                np.testing.assert_array_equal(got.astype(np.float32), want.astype(np.float32))
+    a, b = small_integers(rng, (1000,), bf16), small_integers(rng, (1000,), bf16)
+    assert autotune.dot(a, b) == bf16.type(a.astype(np.float64) @ b.astype(np.float64))
+    with pytest.raises(TypeError, match="dtype=float32 is not supported"):
+        autotune.sum(a, dtype=np.float32)
+    with pytest.raises(TypeError, match="takes float32, float64, float16"):
+        autotune.matmul(np.ones((2, 2), bf16), np.ones((2, 2), bf16))
+
+
 def test_dot_is_numpys(rng):
     a, b = (small_integers(rng, (37,), np.float64) for _ in range(2))
     got = autotune.dot(a, b)

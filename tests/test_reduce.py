@@ -329,11 +329,11 @@ WIDENING_STRATEGIES = [
 
 @pytest.mark.filterwarnings("ignore:overflow encountered")  # the simulator's int64 scalars wrap, as the GPU's do
 @pytest.mark.parametrize("shape, axis, params", WIDENING_STRATEGIES, ids=lambda v: str(v).replace(" ", ""))
-@pytest.mark.parametrize("dtype", ["int32", "int64", "float16"])
+@pytest.mark.parametrize("dtype", ["int32", "int64", "float16", "bfloat16"])
 def test_narrow_and_integer_dtypes_in_every_combine(dtype, shape, axis, params, rng):
     """The tuner's own check (poisoned output, exact reference in the result's dtype, extremes planted for max
-    and min) passes for each op; an int32 sum's result is int64, a float16 one's float16, and a float16 variant
-    that combines with atomics does so in a float32 workspace."""
+    and min) passes for each op; an int32 sum's result is int64, a float16 (bfloat16) one's float16 (bfloat16),
+    and a 16-bit float variant that combines with atomics does so in a float32 workspace."""
     from autotune.families.reduce import staged
     from autotune.problem import Instance, Problem
 
@@ -341,7 +341,8 @@ def test_narrow_and_integer_dtypes_in_every_combine(dtype, shape, axis, params, 
         problem = Problem("reduce", shape, dtype, {"op": op, "axis": axis})
         kernel = build_kernel("reduce", params, dtype, op=op, axis=axis)
         assert problem.out_dtype == ("int64" if (dtype, op) == ("int32", "sum") else dtype)
-        assert kernel.staged == (dtype == "float16" and ("atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1))
+        atomics = "atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1
+        assert kernel.staged == (dtype in ("float16", "bfloat16") and atomics)
         assert staged(params, dtype, problem.family) == kernel.staged
         assert Instance(problem, rng).check(kernel) is None, (op, params)
 
@@ -359,3 +360,24 @@ def test_default_column_splits_fill_the_gpu_and_keep_rows_per_split():
     assert column_splits((64, 1024, 1024), 256) == 4         # axis -2: 64 x 1024 columns
     params = family("reduce").default_params(Problem("reduce", (8192, 8192), "int64", {"op": "sum", "axis": 0}))
     assert params == {"VEC": 2, "ROW_SPLIT": 16}             # 8-byte elements: half the columns per block
+
+
+def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):
+    """The simulator's stand-ins of bf16_to_f32 and f32_to_bf16 (cvt.rn.bf16.f32 on the GPU) against ml_dtypes:
+    every bfloat16 pattern widens exactly, and float32 values round to nearest, ties to even (exact ties both
+    ways), overflowing to infinity, NaN staying NaN, the sign of zero kept."""
+    import ml_dtypes
+
+    module = build_kernel("reduce", {}, "bfloat16", op="sum").module
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)[::97]
+    widened = np.array([module.bf16_to_f32(b) for b in bits], dtype=np.float32)
+    np.testing.assert_array_equal(widened, bits.view(ml_dtypes.bfloat16).astype(np.float32))
+    ties = (np.arange(0x3F80, 0x3F90, dtype=np.uint32) << 16 | 0x8000).view(np.float32)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, -np.nan, 3.4e38, -3.4e38, 1e-40, -1e-45], np.float32)
+    values = np.concatenate([rng.standard_normal(2000).astype(np.float32) * 10.0 ** rng.integers(-30, 30, 2000),
+                             ties, special]).astype(np.float32)
+    got = np.array([module.f32_to_bf16(v) for v in values], dtype=np.uint16)
+    want = values.astype(ml_dtypes.bfloat16)
+    nan = np.isnan(values)
+    np.testing.assert_array_equal(got[~nan], want[~nan].view(np.uint16))
+    assert np.isnan(got[nan].view(ml_dtypes.bfloat16).astype(np.float32)).all()

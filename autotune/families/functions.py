@@ -179,7 +179,7 @@ class _Replay:
     def __init__(self, call: tuple, inputs: tuple, out, stream):
         self.stream = stream
         self.out = out
-        self.interfaces = [None if v is None else getattr(v, "__cuda_array_interface__", False)
+        self.interfaces = [None if v is None else (arrays.interface(v) or False)
                            for v in (*inputs, out)]
         found = arrays.interfaces_key(self.interfaces)
         self.key = None if found is None else (call, found, stream_key(stream))
@@ -389,5 +389,5 @@ def _returned(result, host: bool, out=None, scalar: bool = False):
     itself where given, else the new device array."""
     if not host:
         return out if out is not None else result
-    value = result.copy_to_host()
+    value = arrays.device_to_host(result)
     return value[()] if scalar else value

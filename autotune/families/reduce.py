@@ -7,9 +7,10 @@ the middle extent, one result per (outer, inner) pair: columns of ``outer`` stac
 ``axis=1``; on a 2-D shape ``axis=-2`` is ``axis=0`` and on a 3-D shape ``axis=1`` is ``axis=-2``. max and min follow NumPy: a NaN anywhere in what is reduced
 makes the result NaN; nanmax and nanmin skip NaN, as ``np.nanmax`` and ``np.nanmin`` do.
 
-dtypes are NumPy's: float32, float64, float16, int32 and int64 in; the result's dtype is NumPy's (an int32 sum
-is int64, everything else keeps its dtype: ``np.dot`` of int32 is int32). float16 accumulates in float32 (as CuPy
-and PyTorch do: one rounding, at the end), integer sums and dots in int64, wrapping as NumPy's do.
+dtypes are NumPy's: float32, float64, float16, bfloat16 (ml_dtypes', see autotune/dtypes.py), int32 and int64 in;
+the result's dtype is NumPy's (an int32 sum is int64, everything else keeps its dtype: ``np.dot`` of int32 is
+int32). float16 and bfloat16 accumulate in float32 (as CuPy and PyTorch do: one rounding, at the end), integer sums
+and dots in int64, wrapping as NumPy's do.
 """
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ..resources import resource_dir, templates_dir
 
 OPS = ("sum", "max", "min", "dot", "nanmax", "nanmin")
 ORDERED = ("max", "min", "nanmax", "nanmin")  # checked also on data with extreme values (infinities, NaN)
-DTYPES = ("float32", "float64", "float16", "int32", "int64")
+DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
+HALF = ("float16", "bfloat16")  # accumulated in float32
 # NaN is the identity of nanmax and nanmin: fmax(NaN, x) = x, and a line of only NaN stays NaN, as in NumPy.
 _IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf, "nanmax": math.nan, "nanmin": math.nan}
 
@@ -237,10 +239,10 @@ def result_dtype(op: str, dtype: str) -> str:
 
 
 def accumulator_dtype(op: str, dtype: str) -> str:
-    """What partial results are kept in: float16 in float32; int32 sums and dots in int64 (a dot's products and
-    sums wrap modulo 2**64, and truncated to int32 that is the int32 wraparound NumPy's dot gives); otherwise
-    the input's dtype."""
-    if dtype == "float16":
+    """What partial results are kept in: float16 and bfloat16 in float32; int32 sums and dots in int64 (a dot's
+    products and sums wrap modulo 2**64, and truncated to int32 that is the int32 wraparound NumPy's dot gives);
+    otherwise the input's dtype."""
+    if dtype in HALF:
         return "float32"
     return "int64" if dtype == "int32" and op in ("sum", "dot") else dtype
 
@@ -258,9 +260,9 @@ def row_lanes(row_mode: str) -> int:
 
 
 def staged(params, dtype: str, args) -> bool:
-    """float16 results combined with atomics go through a float32 workspace, then a store kernel: there are no
-    float16 atomics that accumulate in float32."""
-    return dtype == "float16" and uses_atomics(params, args)
+    """float16 and bfloat16 results combined with atomics go through a float32 workspace, then a store kernel:
+    there are no 16-bit atomics that accumulate in float32."""
+    return dtype in HALF and uses_atomics(params, args)
 
 
 def kernel_out_dtype(params, dtype: str, args) -> str:

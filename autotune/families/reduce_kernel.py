@@ -10,6 +10,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from .. import arrays
+from ..dtypes import kernel_view, storage
 from ..device import current_device, gpu_required
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, elementwise, fill
@@ -25,7 +26,8 @@ RANK = {None: None, 0: 2, 1: 2, -2: 3}  # the input rank each axis form takes (N
 
 
 def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any]) -> str:
-    types = {"x": dtype, "o": kernel_out_dtype(params, dtype, args), "acc": accumulator_dtype(args["op"], dtype)}
+    types = {"x": storage(dtype), "o": storage(kernel_out_dtype(params, dtype, args)),
+             "acc": accumulator_dtype(args["op"], dtype)}
     return f"void({', '.join(ARG_TYPES[n].format(**types) for n in kernel_args(params, args))})"
 
 
@@ -80,7 +82,7 @@ class ReduceKernel(Planned, Kernel):
             return result
         result = self._run_new((x, y), self._prepare(x, y, out, stream), stream)
         if arrays.is_host(x) and (y is None or arrays.is_host(y)):
-            value = result.copy_to_host()
+            value = arrays.device_to_host(result)
             return value[0] if self.axis is None else value
         return result
 
@@ -140,14 +142,14 @@ class ReduceKernel(Planned, Kernel):
         reduced = dx.size if self.axis is None else dx.shape[1 if self.axis == -2 else self.axis]
         if reduced == 0 and self.op not in ("sum", "dot"):
             raise ValueError(f"zero-size array to reduction operation {self.op}, which has no identity")
-        return lambda: self._enqueue(*fill(self.module, arrays.flat(result), 0, self.simulator, stream)) \
+        return lambda: self._enqueue(*fill(self.module, kernel_view(arrays.flat(result)), 0, self.simulator, stream)) \
             if result.size else None
 
     # -- launching -------------------------------------------------------------------------------
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...], stream=DEFAULT) -> None:
         """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py). A
         staged variant (reduce.staged) writes a workspace of accumulators, then stores it into ``out``."""
-        out = arrays.flat(out)
+        x_flat, y_flat, out = kernel_view(x_flat), kernel_view(y_flat), kernel_view(arrays.flat(out))
         target = self._workspace(out, shape, stream) if self.staged else out
         self._launch_main(x_flat, y_flat, target, shape, stream)
         if self.staged:
