@@ -34,6 +34,8 @@ def to_host(x: Any) -> np.ndarray:
     or NumPy."""
     if cuda.devicearray.is_cuda_ndarray(x):
         return device_to_host(x)
+    if is_torch_bfloat16(x):
+        return torch_bits(x).cpu().numpy().view(BFLOAT16)
     for method in ("copy_to_host", "get"):
         if hasattr(x, method):
             return np.asarray(getattr(x, method)())

@@ -201,10 +201,15 @@ def _dmma(builder, k: int, a: list, b: list, c: list) -> list:
     return [builder.extract_value(out, i) for i in range(4)]
 
 
+HALF_MMA_TYPES = {"fp16": "f32.f16.f16.f32", "bf16": "f32.bf16.bf16.f32"}  # two halves per operand register
+HALF_ARRAYS = (types.float16, types.uint16)  # what ldmatrix reads: float16, or bfloat16 as its bits
+
+
 def _word_mma(builder, k: int, types_: str, a: list, b: list, c: list) -> list:
     """One mma.sync m16n8k<k> of 32-bit operand registers (a and b) with float32 accumulators (c), as ``types_``
     says: "f32.tf32.tf32.f32" (TF32 bits, see _to_tf32; the fp64 mma's fragment layout of the same k) or
-    "f32.f16.f16.f32" (two halves per register, see ldmatrix; four of A and two of B at k 16)."""
+    "f32.f16.f16.f32" or "f32.bf16.bf16.f32" (two halves per register, see ldmatrix; four of A and two of B at
+    k 16)."""
     word, single = ir.IntType(32), ir.FloatType()
     fnty = ir.FunctionType(ir.LiteralStructType([single] * 4), [word] * (len(a) + len(b)) + [single] * 4)
     text = _mma_text(k, types_, (len(a), len(b)))
@@ -240,8 +245,9 @@ def _mma_step(precision: str):
     the tensor cores."""
     if precision == "fp64":
         return (lambda builder, x: x), lambda builder, k, a, b, c: _dmma(builder, k, a, b, c)
-    if precision == "fp16":
-        return (lambda builder, x: x), lambda builder, k, a, b, c: _word_mma(builder, k, "f32.f16.f16.f32", a, b, c)
+    if precision in HALF_MMA_TYPES:
+        types_ = HALF_MMA_TYPES[precision]
+        return (lambda builder, x: x), lambda builder, k, a, b, c: _word_mma(builder, k, types_, a, b, c)
     if precision == "tf32":
         return _to_tf32, lambda builder, k, a, b, c: _tf32_mma(builder, k, a, b, c)
 
@@ -255,15 +261,15 @@ def _mma_step(precision: str):
     return _tf32_split, three
 
 
-MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8), "fp16": (16,)}
+MMA_KS = {"fp64": (4, 8, 16), "tf32": (4, 8), "3xtf32": (4, 8), "fp16": (16,), "bf16": (16,)}
 
 
 def _make_mma_tile(precision: str):
     """The tile intrinsic of a precision (see dmma_tile): fp64 on float64 tiles; tf32 and 3xtf32 on float32; fp16
-    on float32 accumulators and fragments of two halves per 32-bit word (``ldmatrix``)."""
+    and bf16 on float32 accumulators and fragments of two halves per 32-bit word (``ldmatrix``)."""
     element = types.float64 if precision == "fp64" else types.float32
     ks = MMA_KS[precision]
-    per_word = 2 if precision == "fp16" else 1  # fragment elements per 32-bit operand register
+    per_word = 2 if precision in HALF_MMA_TYPES else 1  # fragment elements per 32-bit operand register
     prepare, step = _mma_step(precision)
 
     @intrinsic
@@ -318,6 +324,7 @@ dmma_tile = _make_mma_tile("fp64")
 tf32_tile = _make_mma_tile("tf32")
 tf32x3_tile = _make_mma_tile("3xtf32")
 f16_tile = _make_mma_tile("fp16")
+bf16_tile = _make_mma_tile("bf16")
 
 
 def _atomic_minmax_codegen(is_max: bool):
@@ -508,7 +515,8 @@ def gather(typingctx, arr, base, rows, row_stride, cols, col_stride):
 
 @intrinsic
 def ldmatrix(typingctx, arr, base, count, stride, trans):
-    """``count`` ldmatrix.sync.aligned.m8n8.x4 (with ``trans``: .trans) of a float16 shared array, the k-th at
+    """``count`` ldmatrix.sync.aligned.m8n8.x4 (with ``trans``: .trans) of a float16 shared array (or bfloat16
+    bits, uint16), the k-th at
     arr[base + k * stride]: 4 * count 32-bit words, the four of each load in order. Each lane gives the address of
     one 16-byte row (lanes 8j to 8j + 7 the rows of matrix j) and receives, per matrix, the pair at row lane / 4,
     columns 2 (lane % 4) and + 1 (.trans: column lane / 4, rows 2 (lane % 4) and + 1): mma's fragment layout, in
@@ -518,8 +526,10 @@ def ldmatrix(typingctx, arr, base, count, stride, trans):
     if not all(isinstance(x, (types.IntegerLiteral, types.BooleanLiteral)) for x in literals):
         return None  # Numba then types the call again with the constants' literal types
     n, step, transposed = (x.literal_value for x in literals)
-    if not isinstance(arr, types.Array) or arr.dtype != types.float16 or not isinstance(base, types.Integer) or n < 1:
-        raise TypeError(f"ldmatrix reads a float16 shared array at an integer base, got {arr} and {base}")
+    if not isinstance(arr, types.Array) or arr.dtype not in HALF_ARRAYS or not isinstance(base, types.Integer) \
+            or n < 1:
+        raise TypeError(f"ldmatrix reads a float16 or bfloat16 (uint16) shared array at an integer base, got {arr} "
+                        f"and {base}")
     sig = types.UniTuple(types.uint32, 4 * n)(arr, base, *literals)
 
     def codegen(context, builder, sig, args):
@@ -554,8 +564,8 @@ def tile_add(typingctx, a, b):
     return sig, codegen
 
 
-__all__ = ["atomic_max_nan", "atomic_min_nan", "bf16_to_f32", "f32_to_bf16", "maximum", "minimum", "mul_add",
-           "cp_async4", "cp_async8", "cp_async16", "cp_async_commit", "cp_async_wait0", "cp_async_wait1",
+__all__ = ["atomic_max_nan", "atomic_min_nan", "bf16_tile", "bf16_to_f32", "f32_to_bf16", "maximum", "minimum",
+           "mul_add", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit", "cp_async_wait0", "cp_async_wait1",
            "cp_async_wait2", "dmma_tile", "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1",
            "red_add2", "red_add4", "tile_add", "tile_of", "vload2", "vload4", "vload8", "vstore2", "vstore4",
            "vstore8"]

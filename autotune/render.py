@@ -30,7 +30,7 @@ def environment(folder: str) -> jinja2.Environment:
 
 
 IMPORTS_MARK = "# autotune: imports"
-NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint32", "uint64")
+NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint16", "uint32", "uint64")
 NUMBA_TYPES = ("float16",)  # scalar types the top-level numba module does not export
 
 
@@ -73,7 +73,12 @@ def _names(source: str) -> set[str]:
     import tokenize
 
     body = source.replace(IMPORTS_MARK, "")
-    return {tok.string for tok in tokenize.generate_tokens(io.StringIO(body).readline) if tok.type == tokenize.NAME}
+    names, previous = set(), None
+    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+        if tok.type == tokenize.NAME and previous != ".":  # an attribute (np.float32) is no use of a name
+            names.add(tok.string)
+        previous = tok.string
+    return names
 
 
 def _defined(source: str) -> set[str]:

@@ -115,28 +115,39 @@ def wgmma_wait(typingctx, acc, pending):
     return acc(acc, pending), codegen
 
 
-@intrinsic
-def wgmma_f16(typingctx, acc, desc_a, desc_b, trans_a, trans_b):
-    """acc += A (64 x 16) @ B (16 x N) for this warpgroup: one ``wgmma.mma_async m64nNk16.f32.f16.f16``, N = 2 x
-    len(acc). Each operand is K-major (rows of k contiguous) or, with its ``trans_`` flag (a constant),
-    M/N-major (rows of m or n contiguous: a transposed A, a row-major B). Thread t's accumulator 4j + 2h + x is
-    the tile's row 16 (t // 32) + (t % 32) // 4 + 8h, column 8j + 2 (t % 4) + x."""
-    if not all(isinstance(x, (types.IntegerLiteral, types.BooleanLiteral)) for x in (trans_a, trans_b)):
-        return None  # Numba then types the call again with the constants' literal types
-    count = _accumulators(acc)
-    if 2 * count not in WGMMA_NS:
-        raise TypeError(f"wgmma m64nNk16 holds N / 2 accumulators per thread for N in 8..256 by 8, got {count}")
-    flags = f"{int(trans_a.literal_value)}, {int(trans_b.literal_value)}"
+def _make_wgmma_half(kind: str):
+    """wgmma_f16 (kind "f16") or wgmma_bf16 (kind "bf16"): the same instruction, fragment layout and operands."""
 
-    def codegen(context, builder, sig, args):
-        values = _unpack(builder, args[0], count)
-        descs = [context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2)]
-        outputs = "{" + ", ".join(f"${i}" for i in range(count)) + "}"
-        text = (f"wgmma.mma_async.sync.aligned.m64n{2 * count}k16.f32.f16.f16 {outputs}, ${count}, ${count + 1}, "
-                f"1, 1, 1, {flags};")
-        return _tied_asm(context, builder, sig, text, values, descs, ["l", "l"])
+    @intrinsic
+    def wgmma_half(typingctx, acc, desc_a, desc_b, trans_a, trans_b):
+        if not all(isinstance(x, (types.IntegerLiteral, types.BooleanLiteral)) for x in (trans_a, trans_b)):
+            return None  # Numba then types the call again with the constants' literal types
+        count = _accumulators(acc)
+        if 2 * count not in WGMMA_NS:
+            raise TypeError(f"wgmma m64nNk16 holds N / 2 accumulators per thread for N in 8..256 by 8, got {count}")
+        flags = f"{int(trans_a.literal_value)}, {int(trans_b.literal_value)}"
 
-    return acc(acc, desc_a, desc_b, trans_a, trans_b), codegen
+        def codegen(context, builder, sig, args):
+            values = _unpack(builder, args[0], count)
+            descs = [context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2)]
+            outputs = "{" + ", ".join(f"${i}" for i in range(count)) + "}"
+            text = (f"wgmma.mma_async.sync.aligned.m64n{2 * count}k16.f32.{kind}.{kind} {outputs}, ${count}, "
+                    f"${count + 1}, 1, 1, 1, {flags};")
+            return _tied_asm(context, builder, sig, text, values, descs, ["l", "l"])
+
+        return acc(acc, desc_a, desc_b, trans_a, trans_b), codegen
+
+    wgmma_half.__doc__ = _WGMMA_HALF_DOC.format(kind=kind)
+    return wgmma_half
+
+
+_WGMMA_HALF_DOC = """acc += A (64 x 16) @ B (16 x N) for this warpgroup: one ``wgmma.mma_async
+    m64nNk16.f32.{kind}.{kind}``, N = 2 x len(acc). Each operand is K-major (rows of k contiguous) or, with its
+    ``trans_`` flag (a constant), M/N-major (rows of m or n contiguous: a transposed A, a row-major B). Thread
+    t's accumulator 4j + 2h + x is the tile's row 16 (t // 32) + (t % 32) // 4 + 8h, column 8j + 2 (t % 4) + x."""
+
+wgmma_f16 = _make_wgmma_half("f16")
+wgmma_bf16 = _make_wgmma_half("bf16")
 
 
 @intrinsic
@@ -184,14 +195,14 @@ def tf32_round(typingctx, x):
 
 @intrinsic
 def stash_pairs(typingctx, out, index, ld, acc):
-    """Stores this thread's wgmma accumulators, converted once to the array's float16 or float32, into a tile
-    (shared memory) of row stride ``ld``: accumulators 4j + 2h and 4j + 2h + 1, one store per pair, at
-    out[index + 8h ld + 8j] and the element after it; index is the thread's first element (see wgmma_f16), even,
-    as ld is. Staged there, C leaves in whole rows: writing the pairs straight to C took a branch per pair at its
-    edges, and ptxas then serialized the wgmma of the main loop (C7514)."""
+    """Stores this thread's wgmma accumulators, converted once to the array's float16, bfloat16 (its bits, uint16)
+    or float32, into a tile (shared memory) of row stride ``ld``: accumulators 4j + 2h and 4j + 2h + 1, one store
+    per pair, at out[index + 8h ld + 8j] and the element after it; index is the thread's first element (see
+    wgmma_f16), even, as ld is. Staged there, C leaves in whole rows: writing the pairs straight to C took a branch
+    per pair at its edges, and ptxas then serialized the wgmma of the main loop (C7514)."""
     count = _accumulators(acc)
-    if not isinstance(out, types.Array) or out.dtype not in (types.float16, types.float32):
-        raise TypeError(f"stash_pairs writes a float16 or float32 array, got {out}")
+    if not isinstance(out, types.Array) or out.dtype not in (types.float16, types.uint16, types.float32):
+        raise TypeError(f"stash_pairs writes a float16, bfloat16 (uint16) or float32 array, got {out}")
 
     def codegen(context, builder, sig, args):
         wide = ir.IntType(64)
@@ -201,6 +212,9 @@ def stash_pairs(typingctx, out, index, ld, acc):
         values = _unpack(builder, args[3], count)
         if sig.args[0].dtype == types.float16:  # Numba keeps float16 as its bits, an i16
             values = [builder.bitcast(builder.fptrunc(v, ir.HalfType()), element) for v in values]
+        elif sig.args[0].dtype == types.uint16:  # bfloat16 bits: cvt.rn.bf16.f32, to nearest even
+            rounding = ir.InlineAsm(ir.FunctionType(element, [ir.FloatType()]), "cvt.rn.bf16.f32 $0, $1;", "=h,f")
+            values = [builder.call(rounding, [v]) for v in values]
         align = 2 * context.get_abi_sizeof(element)
         for j in range(count // 4):
             for h in (0, 1):
@@ -217,4 +231,5 @@ def stash_pairs(typingctx, out, index, ld, acc):
 
 
 __all__ = ["SWIZZLE_MODES", "WGMMA_NS", "descriptor", "fence_proxy_async", "smem_address", "stash_pairs",
-           "tf32_round", "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_tf32", "wgmma_wait"]
+           "tf32_round", "wgmma_bf16", "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_tf32",
+           "wgmma_wait"]

@@ -1,14 +1,15 @@
-"""Matmul on wgmma checked and timed on a Hopper GPU: float16 (templates/matmul_wgmma.py.j2) or float32 at
-precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2).
+"""Matmul on wgmma checked and timed on a Hopper GPU: float16 or bfloat16 (templates/matmul_wgmma.py.j2) or
+float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2).
 
-    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|tf32|3xtf32] [--quick]
+    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tf32|3xtf32] [--quick]
 
-Checks: every layout (and float16's result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
+Checks: every layout (and the 16-bit dtypes' result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
 stages), on shapes with partial tiles in M, N and K and rows whose starts are not 16-byte aligned (70 x 90 x 130:
 the loads' and the stores' element-by-element paths), aligned ones (1000^3, 4096 x 4096 x 256) and the irregular
 suite shapes, each through the family's oracle (integer data exact, normal data within its error bound), the
 output poisoned with NaN first. Times: 4096^3 and 8192^3 with the bench's method (CUDA events, L2 flushed,
-median) beside cuBLAS (CuPy, PyTorch; for float32 with TF32 off and on) in the same process, with each result's
+median) beside cuBLAS (CuPy, PyTorch; for float32 with TF32 off and on; bfloat16: PyTorch alone) in the same
+process, with each result's
 error against float64 on 256 rows. Writes wgmma-<precision>.json to RESULTS_DIR; prints a table last.
 """
 from __future__ import annotations
@@ -21,16 +22,21 @@ import time
 import numpy as np
 from numba import cuda
 
+from autotune.arrays import device_to_host, host_to_device
 from autotune.build import build_kernel
 from autotune.oracle import poison, relative_error
 from autotune.problem import Problem
 
+HALF = ("float16", "bfloat16")
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64}
 TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "ASYNC_STAGES": 0}
 CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
                        ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
                        ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"]),
                        ({**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 3, "GROUP_M": 16}, ["nn"])],
+           "bfloat16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
+                        ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
+                        ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"])],
            "tf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                     ({**TF32, "BM": 128, "BN": 256}, ["nn", "tt"]),
                     ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])],
@@ -42,6 +48,9 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                      {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
                      {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4},
                      {**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 4}],
+         "bfloat16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
+                      {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
+                      {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4}],
          "tf32": [{**TF32, "BM": 128, "BN": 256}, {**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 64, "BN": 256},
                   {**TF32, "BM": 256, "BN": 128}],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
@@ -49,9 +58,9 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
 
 
 def family_of(precision: str, layout: str, out_dtype=None) -> tuple[str, dict]:
-    """The dtype and family arguments of a precision: float16's, or float32's at a TF32 precision."""
-    if precision == "float16":
-        return "float16", {"layout": layout, "out_dtype": out_dtype}
+    """The dtype and family arguments of a precision: float16's or bfloat16's, or float32's at a TF32 precision."""
+    if precision in HALF:
+        return precision, {"layout": layout, "out_dtype": out_dtype}
     return "float32", {"layout": layout, "precision": precision}
 
 
@@ -59,7 +68,7 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
     found = []
     for params, layouts in CHECKED[precision][:1] if quick else CHECKED[precision]:
         for layout in layouts:
-            for out_dtype in (None, "float32") if precision == "float16" else (None,):
+            for out_dtype in (None, "float32") if precision in HALF else (None,):
                 start = time.time()
                 dtype, family = family_of(precision, layout, out_dtype)
                 kernel = build_kernel("matmul", params, dtype, **family)
@@ -67,15 +76,15 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
                     problem = Problem("matmul", shape, dtype, family)
                     impl = problem.impl
                     for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-                        out = cuda.to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
+                        out = host_to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
                         kernel(*case.inputs, out=out)
-                        problem_found = impl.verify(problem, case, out.copy_to_host(), rng)
+                        problem_found = impl.verify(problem, case, device_to_host(out), rng)
                         found.append({"params": params, "layout": layout, "out_dtype": out_dtype, "shape": shape,
                                       "result": problem_found or "right"})
                         if problem_found:
                             print(f"WRONG {params} {layout} {out_dtype} {shape}: {problem_found}", flush=True)
                 took = time.time() - start
-                print(f"checked {params} {layout} out {out_dtype or 'float16'} ({took:.1f} s)", flush=True)
+                print(f"checked {params} {layout} out {out_dtype or dtype} ({took:.1f} s)", flush=True)
     return found
 
 
@@ -94,9 +103,11 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
         B = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
         picked = np.unique(np.linspace(0, n - 1, 256).astype(np.int64))
         ref = A[picked].astype(np.float64) @ B.astype(np.float64)
-        dA, dB, dC = cuda.to_device(A), cuda.to_device(B), cuda.device_array((n, n), dtype)
-        cA, cB = cupy.asarray(A), cupy.asarray(B)
-        tA, tB = torch.as_tensor(A, device="cuda"), torch.as_tensor(B, device="cuda")
+        dA, dB, dC = host_to_device(A), host_to_device(B), cuda.device_array((n, n), dtype)
+        if dtype == "bfloat16":  # PyTorch takes bfloat16 as its bits; CuPy is left out
+            tA, tB = (torch.from_numpy(x.view(np.int16)).to("cuda").view(torch.bfloat16) for x in (A, B))
+        else:
+            tA, tB = torch.as_tensor(A, device="cuda"), torch.as_tensor(B, device="cuda")
 
         def row(name, fn, result):
             fn()
@@ -106,16 +117,19 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
             rows.append({"n": n, "name": name, "ms": t.median_ms, "tflops": 2.0 * n ** 3 / t.median_ms / 1e9,
                          "err": err})
 
-        row("cuBLAS (cupy)", lambda: cA @ cB, lambda: cupy.asnumpy(cA @ cB))
+        if dtype != "bfloat16":
+            cA, cB = cupy.asarray(A), cupy.asarray(B)
+            row("cuBLAS (cupy)", lambda: cA @ cB, lambda: cupy.asnumpy(cA @ cB))
         for tf32 in (False, True) if dtype == "float32" else (False,):
             torch.backends.cuda.matmul.allow_tf32 = tf32
-            row("cuBLAS (torch" + (", TF32 on)" if tf32 else ")"), lambda: tA @ tB, lambda: (tA @ tB).cpu().numpy())
+            row("cuBLAS (torch" + (", TF32 on)" if tf32 else ")"), lambda: tA @ tB,
+                lambda: (tA @ tB).float().cpu().numpy())
         torch.backends.cuda.matmul.allow_tf32 = False
         for params in TIMED[precision]:
             kernel = build_kernel("matmul", params, dtype, **family)
-            stages = f" stages {params['ASYNC_STAGES']}" if dtype == "float16" else ""
+            stages = f" stages {params['ASYNC_STAGES']}" if dtype in HALF else ""
             row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}", lambda: kernel(dA, dB, out=dC),
-                dC.copy_to_host)
+                lambda: device_to_host(dC).astype(np.float32))
     return rows
 
 
@@ -123,7 +137,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("results", nargs="?", default=".")
     parser.add_argument("--precision", choices=sorted(CHECKED), default="float16",
-                        help="float16, or float32 at precision tf32 or 3xtf32")
+                        help="float16, bfloat16, or float32 at precision tf32 or 3xtf32")
     parser.add_argument("--quick", action="store_true", help="one configuration on two shapes; 4096^3 only")
     args = parser.parse_args()
     checks = check_all(np.random.default_rng(0), args.precision, args.quick)

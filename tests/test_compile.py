@@ -154,6 +154,23 @@ def test_float16_issues_its_mma_on_ldmatrix_fragments():
     assert to_f32.count(f16_mma) == 2 and "cvt.rn.f16.f32" not in to_f32 and "st.global.f32" in to_f32
 
 
+def test_bfloat16_matmul_issues_bf16_products_and_rounds_c_once():
+    """bfloat16 runs float16's kernels with bf16 products: mma.sync m16n8k16 .bf16 on ldmatrix fragments, and
+    wgmma m64nNk16 .bf16 on swizzled tiles (nothing of float16's: no f16 instruction at all); float32 accumulators
+    rounded once to bfloat16 where C is stored (cvt.rn.bf16.f32); ptxas keeps the wgmma asynchronous, no spills."""
+    from autotune.compiler import link
+
+    ptx = ptx_sample("bf16", "wgmma_bf16")
+    mma, wgmma = ptx["bf16"], ptx["wgmma_bf16"]
+    assert mma.count("mma.sync") == mma.count("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32") == 2
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in mma and "ldmatrix.sync.aligned.m8n8.x4.trans" in mma
+    assert re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16\.f32\.bf16\.bf16", wgmma) == ["128"] * 4
+    for name, text in ptx.items():
+        assert "cvt.rn.bf16.f32" in text and "f16" not in text.replace("bf16", ""), name
+        _, log = link(text, (9, 0))
+        assert "serialized" not in log and " 0 bytes spill stores" in log, (name, log)
+
+
 def test_float16_moves_sixteen_bytes_at_a_time_with_vec_8():
     """VEC 8 (float16 only) copies a tile row's eight halves with one 16-byte cp.async (.cg, the L2-only form that
     exists for 16 bytes alone). Register staging loads them as one vector too, which NVVM emits as two 8-byte

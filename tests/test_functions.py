@@ -203,8 +203,28 @@ def test_bfloat16_reductions_accumulate_in_float32(rng):
     assert autotune.dot(a, b) == bf16.type(a.astype(np.float64) @ b.astype(np.float64))
     with pytest.raises(TypeError, match="dtype=float32 is not supported"):
         autotune.sum(a, dtype=np.float32)
-    with pytest.raises(TypeError, match="takes float32, float64, float16"):
-        autotune.matmul(np.ones((2, 2), bf16), np.ones((2, 2), bf16))
+
+
+
+def test_matmul_of_bfloat16_is_float16s_twin(rng):
+    """bfloat16 in, bfloat16 out (float32 sums rounded once: integer data give the bfloat16 nearest the exact sums,
+    past 256 where bfloat16 stops counting by ones), or float32 with dtype=np.float32; a transposed operand is
+    read in place; out= of another dtype is refused."""
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    A = rng.integers(7, 9, size=(9, 48)).astype(bf16)
+    B = rng.integers(7, 9, size=(6, 48)).astype(bf16).T
+    exact = A.astype(np.float64) @ B.astype(np.float64)
+    assert exact.min() > 256
+    got = autotune.matmul(A, B)
+    assert got.dtype == bf16 and got.shape == (9, 6)
+    np.testing.assert_array_equal(got.astype(np.float64), exact.astype(bf16).astype(np.float64))
+    wide = autotune.matmul(A, B, dtype=np.float32)
+    assert wide.dtype == np.float32
+    np.testing.assert_array_equal(wide, exact)
+    with pytest.raises(TypeError, match="dtype=float64 is not supported for bfloat16 operands"):
+        autotune.matmul(A, B, dtype=np.float64)
 
 
 def test_dot_is_numpys(rng):

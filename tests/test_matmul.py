@@ -345,6 +345,29 @@ def test_float16_tensor_core_variants(params, layout, rng):
         assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
 
 
+# bfloat16 on the same kernels as float16, its tiles holding bits: every layout, both result dtypes, split-K, edges,
+# through the family's oracle (the exact integer case rounded to bfloat16, and normal data within twice the error of
+# the float32 FMA chain rounded to bfloat16).
+BF16 = [({**F16_MMA, "BM": 32, "BN": 32, "TM": 2, "TN": 4, "VEC": 4, "A_SMEM": "mmajor", "ASYNC_STAGES": 2}, "nn",
+         None),
+        ({**F16_MMA, "BM": 32, "BN": 32, "TM": 2, "TN": 4, "VEC": 4, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "tn",
+         None),
+        ({**F16_MMA, "BM": 32, "BN": 32, "BK": 32, "TM": 2, "TN": 4, "VEC": 8, "ASYNC_STAGES": 3, "EDGE": "clamp"},
+         "tt", "float32")]
+
+
+@pytest.mark.parametrize("params,layout,out_dtype", BF16)
+def test_bfloat16_tensor_core_variants(params, layout, out_dtype, rng):
+    from autotune.problem import Problem
+
+    family = {"layout": layout, **({"out_dtype": out_dtype} if out_dtype else {})}
+    k = build_kernel("matmul", params, "bfloat16", **family)
+    for shape in [(37, 29, 41)] + ([(17, 19, 1)] if layout == "nn" else []):
+        problem = Problem("matmul", shape, "bfloat16", family)
+        assert problem.out_dtype == (out_dtype or "bfloat16")
+        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+
+
 # float16 on Hopper's wgmma (matmul_wgmma.py.j2), in the simulator's stand-in, which reads the 128-byte-swizzled tiles
 # the way the hardware does (an address's bits 4-6 exclusive-or'ed with bits 7-9), independently of how the copies
 # write them. Every layout, both result dtypes, one and two warpgroups, 3 and 4 stages; edges in M, N and K (70 x 90
@@ -355,7 +378,9 @@ EDGES, ALIGNED = (70, 90, 130), (70, 72, 136)
 WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "float16", {"layout": "nn"}, [EDGES, ALIGNED, (1, 1, 1)]),
                ({**WGMMA, "ASYNC_STAGES": 4}, "float16", {"layout": "tn", "out_dtype": "float32"}, [ALIGNED]),
                ({**WGMMA, "ASYNC_STAGES": 3, "GROUP_M": 1}, "float16", {"layout": "nt"}, [ALIGNED]),
-               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "float16", {"layout": "tt", "out_dtype": "float32"}, [EDGES])]
+               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "float16", {"layout": "tt", "out_dtype": "float32"}, [EDGES]),
+               ({**WGMMA, "ASYNC_STAGES": 3}, "bfloat16", {"layout": "tn"}, [EDGES]),
+               ({**WGMMA, "ASYNC_STAGES": 4}, "bfloat16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED])]
 
 
 def test_wgmma_applies_to_float16_tiles_of_its_shape():

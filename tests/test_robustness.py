@@ -173,7 +173,7 @@ def test_shapes_and_dtypes_as_numpy_users_write_them(tmp_path):
         with pytest.raises(ValueError, match=message):
             get_best_kernel("matmul" if len(shape) == 3 else "reduce", shape, db=tmp_path)
     with pytest.raises(ValueError, match="dtype 'uint8' is not supported by reduce; supported: float32, float64, "
-                                         "float16, int32, int64"):
+                                         "float16, bfloat16, int32, int64"):
         get_best_kernel("reduce", (1000,), dtype=np.uint8, db=tmp_path)
 
 
@@ -183,7 +183,7 @@ def test_a_dtype_mismatch_suggests_only_what_exists():
     kernel = build_kernel("reduce", {}, op="sum")
     with pytest.raises(TypeError) as err:
         kernel(np.ones(8, np.uint8))
-    assert "convert the input to float32 or float64 or float16 or int32 or int64" in str(err.value)
+    assert "convert the input to float32 or float64 or float16 or bfloat16 or int32 or int64" in str(err.value)
     assert "dtype='uint8'" not in str(err.value)
     for dtype in ("float64", "int32"):
         with pytest.raises(TypeError, match=f"build the kernel with dtype='{dtype}'"):

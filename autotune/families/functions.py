@@ -25,8 +25,10 @@ from typing import Any
 import numpy as np
 
 from .. import arrays, streams
+from ..dtypes import kernel_view
 from ..launch import Plan, Written
 from ..streams import as_stream, stream_key
+from .matmul import HALF
 from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
 
@@ -40,9 +42,9 @@ _lock = threading.Lock()
 
 # -- public functions -----------------------------------------------------------------------------
 def sum(x, axis=None, *, keepdims: bool = False, dtype=None, out=None, stream=None):
-    """``np.sum(x, axis, keepdims=keepdims)``: float32, float64, float16, int32 or int64 arrays; the result's dtype
-    is NumPy's (int64 for int32), and ``dtype=`` may name it (``np.int64``, ``"i8"``), nothing else. float16 is
-    accumulated in float32 and rounded once; integers wrap as NumPy's do."""
+    """``np.sum(x, axis, keepdims=keepdims)``: float32, float64, float16, bfloat16, int32 or int64 arrays; the
+    result's dtype is NumPy's (int64 for int32), and ``dtype=`` may name it (``np.int64``, ``"i8"``), nothing else.
+    float16 and bfloat16 are accumulated in float32 and rounded once; integers wrap as NumPy's do."""
     return _reduce("sum", x, axis, keepdims, dtype, out, stream)
 
 
@@ -84,7 +86,7 @@ def matmul(A, B, *, out=None, dtype=None, stream=None, precision: str = "ieee"):
     """``A @ B`` as ``np.matmul``: 2-D products, 1-D operands (a vector is a 1 x K row on the left, a K x 1
     column on the right, and that 1 is dropped from the result) and stacks of matrices, whose leading dimensions
     broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one. ``dtype``: the
-    operands' (default) or, for float16 operands, float32 (the float32 sums, not rounded to float16, as
+    operands' (default) or, for float16 and bfloat16 operands, float32 (the float32 sums, not rounded, as
     ``np.matmul(A, B, dtype=np.float32)``). ``precision`` (float32 only): "ieee" fp32 products, "3xtf32"
     fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded operands (see the matmul family)."""
     return _matmul(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B), precision, dtype)
@@ -301,15 +303,16 @@ def _answer_dtype(op: str, dtype: str, requested) -> str:
 
 def _matmul_out_dtype(dtype: str, requested) -> str:
     """The result dtype of a matmul of ``dtype`` operands: theirs, or float32 where ``dtype=float32`` asks for
-    it of float16 operands (TypeError for any other request: autotune does not compute in a converted dtype)."""
+    it of float16 or bfloat16 operands (TypeError for any other request: autotune does not compute in a converted
+    dtype)."""
     if requested is None:
         return dtype
     from ..problem import dtype_name
 
     name = dtype_name(requested)
-    if name != dtype and (dtype, name) != ("float16", "float32"):
+    if name != dtype and not (dtype in HALF and name == "float32"):
         raise TypeError(f"matmul: dtype={name} is not supported for {dtype} operands (only {dtype}, and float32 "
-                        f"for float16 operands); convert the operands")
+                        f"for float16 and bfloat16 operands); convert the operands")
     return name
 
 
@@ -370,10 +373,11 @@ def _result(out, shape: tuple[int, ...], dtype: str, order: str):
 
 
 def _zero(d, stream) -> None:
+    """d = 0 (all bits zero: +0.0 in every float dtype), copied as bits where d is bfloat16."""
     from numba import cuda
 
     if d.size:
-        flat = arrays.flat(d, order="C" if arrays.is_c_contiguous(d) else "F")
+        flat = kernel_view(arrays.flat(d, order="C" if arrays.is_c_contiguous(d) else "F"))
         flat.copy_to_device(cuda.to_device(np.zeros(flat.size, dtype=flat.dtype), stream=stream), stream=stream)
 
 
@@ -381,7 +385,8 @@ def _copy(result, d, stream) -> None:
     """``result[...] = d`` for a reduction over no axis (same shape and layout)."""
     order = "C" if arrays.is_c_contiguous(d) else "F"
     if d.size:
-        arrays.flat(result, order=order).copy_to_device(arrays.flat(d, order=order), stream=stream)
+        kernel_view(arrays.flat(result, order=order)).copy_to_device(kernel_view(arrays.flat(d, order=order)),
+                                                                     stream=stream)
 
 
 def _returned(result, host: bool, out=None, scalar: bool = False):

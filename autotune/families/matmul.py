@@ -1,4 +1,5 @@
-"""The matmul family: C = A @ B for float32, float64 and float16, with A and/or B optionally stored transposed.
+"""The matmul family: C = A @ B for float32, float64, float16 and bfloat16, with A and/or B optionally stored
+transposed.
 
 ``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
 transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". ``precision`` says how float32 products may be
@@ -6,11 +7,13 @@ rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the
 split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
 with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
 ``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
-in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. Five templates
+in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. bfloat16
+(ml_dtypes', see autotune/dtypes.py) is float16's twin: the same kernels on bf16 products, its tiles holding bits.
+Five templates
 render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
 the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
-float32 at the tf32 precisions, fp16 for float16); with ``WGMMA`` on Hopper, the warpgroup kernels (float16, and
-float32 at the tf32 precisions).
+float32 at the tf32 precisions, fp16 for float16, bf16 for bfloat16); with ``WGMMA`` on Hopper, the warpgroup
+kernels (float16, bfloat16, and float32 at the tf32 precisions).
 """
 from __future__ import annotations
 
@@ -19,13 +22,16 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..constraints import MAX_STATIC_SHARED_BYTES, Predicate
+from ..dtypes import numpy_dtype, retyped, storage
 from ..family import Case, FamilyArg, KernelFamily
 from ..oracle import compare_exact, compare_norm, relative_error, unwritten
 from ..resources import resource_dir, templates_dir
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
-MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile"}
+MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile",
+             "bf16": "bf16_tile"}
+HALF = ("float16", "bfloat16")  # 16-bit operands: products and sums in float32, on the tensor cores
 WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
@@ -99,15 +105,15 @@ def shared_pad(p: Mapping[str, Any], itemsize: int) -> int:
 
 
 def mma_precision(dtype: str, args: Mapping[str, Any]) -> str:
-    """Which tensor-core products an MMA variant issues: fp64's for float64, fp16's for float16, else the
-    precision's TF32 ones."""
-    return {"float64": "fp64", "float16": "fp16"}.get(dtype) or args.get("precision", "ieee")
+    """Which tensor-core products an MMA variant issues: fp64's for float64, fp16's for float16, bf16's for
+    bfloat16, else the precision's TF32 ones."""
+    return {"float64": "fp64", "float16": "fp16", "bfloat16": "bf16"}.get(dtype) or args.get("precision", "ieee")
 
 
 def accumulator_dtype(dtype: str) -> str:
-    """What a variant sums in (its accumulators, split-K workspace): float16's products in float32, as NumPy
-    does; the others in their own type."""
-    return "float32" if dtype == "float16" else dtype
+    """What a variant sums in (its accumulators, split-K workspace): float16's and bfloat16's products in float32,
+    as NumPy and PyTorch do; the others in their own type."""
+    return "float32" if dtype in HALF else dtype
 
 
 def shared_stages(p: Mapping[str, Any]) -> int:
@@ -194,10 +200,11 @@ def _mma_fits(p, ctx):
         return None  # wgmma_fits
     k = p["MMA"]
     precision = ctx.family.get("precision", "ieee")
-    if ctx.dtype == "float16" and k != 16:
-        return f"MMA={k}: tiled float16 runs on the tensor cores, mma.sync m16n8k16 (MMA=16)"
-    if ctx.dtype == "float16" and p["TN"] % 4:
-        return f"MMA=16: float16 needs TN={p['TN']} to be a multiple of 4 (one ldmatrix.x4 loads two n8 pieces of B)"
+    if ctx.dtype in HALF and k != 16:
+        return f"MMA={k}: tiled {ctx.dtype} runs on the tensor cores, mma.sync m16n8k16 (MMA=16)"
+    if ctx.dtype in HALF and p["TN"] % 4:
+        return (f"MMA=16: {ctx.dtype} needs TN={p['TN']} to be a multiple of 4 (one ldmatrix.x4 loads two n8 pieces "
+                f"of B)")
     if not k:
         if precision != "ieee":
             return f"precision {precision} runs on the tensor cores: MMA must be 4 or 8, not 0"
@@ -238,11 +245,12 @@ def _wgmma_fits(p, ctx):
     if p["BM"] not in (64, 128, 256) or p["BN"] not in (64, 128, 256):
         return (f"WGMMA=1 tiles are 64, 128 or 256 rows (a warpgroup per 64) by 64, 128 or 256 columns, not "
                 f"{p['BM']} x {p['BN']}")
-    if ctx.dtype == "float16":
+    if ctx.dtype in HALF:
         return _wgmma_f16_fits(p, ctx)
     precision = ctx.family.get("precision", "ieee")
     if ctx.dtype != "float32" or precision == "ieee":
-        return (f"WGMMA=1 multiplies float16 (MMA=16) or float32 at precision tf32 or 3xtf32 (MMA=8), not {ctx.dtype}"
+        return (f"WGMMA=1 multiplies float16 or bfloat16 (MMA=16) or float32 at precision tf32 or 3xtf32 (MMA=8), "
+                f"not {ctx.dtype}"
                 + (" at precision ieee" if ctx.dtype == "float32" else ""))
     if p["MMA"] != 8:
         return f"WGMMA=1 on float32 issues wgmma m64nNk8 of TF32: MMA must be 8, not {p['MMA']}"
@@ -265,7 +273,7 @@ def _wgmma_fits(p, ctx):
 
 def _wgmma_f16_fits(p, ctx):
     if p["MMA"] != 16:
-        return f"WGMMA=1 on float16 issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
+        return f"WGMMA=1 on {ctx.dtype} issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
     if p["BK"] != 64:
         return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
     if p["ASYNC_STAGES"] not in (3, 4):
@@ -279,8 +287,8 @@ def _wgmma_f16_fits(p, ctx):
 
 
 def _split_add_fits(p, ctx):
-    if ctx.dtype == "float16" and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
-        return "SPLIT_ADD=atomic: float16 results are rounded once, from the float32 sum: use last_block"
+    if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
+        return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
     if p["SPLIT_ADD"] != "vector":
         return None
     if ctx.dtype != "float32":
@@ -306,13 +314,13 @@ PREDICATES = {
 class MatmulFamily(KernelFamily):
     name = "matmul"
     summary = "C = A @ B"
-    dtypes = ("float32", "float64", "float16")
+    dtypes = ("float32", "float64", "float16", "bfloat16")
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
             FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
                       "error on the TF32 tensor cores) or tf32 (TF32-rounded operands, as cuBLAS with TF32 on)",
                       implicit=True),
             FamilyArg("out_dtype", (None, "float32"), None, "the result's dtype: input (the operands') or float32 "
-                      "(float16 operands: the float32 sums, not rounded to float16)", none_means="input",
+                      "(float16 or bfloat16 operands: the float32 sums, not rounded)", none_means="input",
                       implicit=True))
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}
@@ -333,8 +341,9 @@ class MatmulFamily(KernelFamily):
     def check_dtype(self, dtype, args) -> None:
         if args["precision"] != "ieee" and dtype != "float32":
             raise ValueError(f"precision {args['precision']} is for float32 matmul; {dtype} has ieee only")
-        if args["out_dtype"] is not None and dtype != "float16":
-            raise ValueError(f"out_dtype {args['out_dtype']} is for float16 operands; a {dtype} matmul gives {dtype}")
+        if args["out_dtype"] is not None and dtype not in HALF:
+            raise ValueError(f"out_dtype {args['out_dtype']} is for float16 and bfloat16 operands; a {dtype} matmul "
+                             f"gives {dtype}")
 
     def out_dtype(self, problem) -> str:
         return self.out_dtype_of(problem.dtype, problem.family)
@@ -351,11 +360,11 @@ class MatmulFamily(KernelFamily):
         return device.peak_tflops(dtype)
 
     def peak_for(self, problem, device) -> float | None:
-        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores; float16 on the
-        fp16 ones."""
+        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores; float16 and
+        bfloat16 on the fp16 ones (the same rate)."""
         if problem.family["precision"] != "ieee":
             return device.peak_tflops("tf32")
-        return self.peak(device, problem.dtype)
+        return self.peak(device, "float16" if problem.dtype in HALF else problem.dtype)
 
     def out_shape(self, problem) -> tuple[int, ...]:
         return problem.shape[0], problem.shape[1]
@@ -375,8 +384,12 @@ class MatmulFamily(KernelFamily):
         layout = args["layout"]
         # ZERO is the accumulators' zero; EL0 an element's (a float16 global constant is invalid NVVM IR in
         # numba-cuda 0.30, so float16's is written in place).
-        acc = accumulator_dtype(dtype)
-        ctx: dict[str, Any] = {**params, "dtype": dtype, "ACC": acc, "EL0": "ZERO" if acc == dtype else f"{dtype}(0)",
+        # A bfloat16 kernel holds its operands as their bits (uint16, see autotune/dtypes.py).
+        acc, out = accumulator_dtype(dtype), self.out_dtype_of(dtype, args)
+        element = storage(dtype)
+        ctx: dict[str, Any] = {**params, "dtype": element, "ACC": acc,
+                               "EL0": "ZERO" if acc == dtype else f"{element}(0)", "BF16": dtype == "bfloat16",
+                               "OUT_BF16": out == "bfloat16",
                                "SIM": simulator, "TRANS_A": layout[0] == "t",
                                "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
                                "ARGS": kernel_args(params),
@@ -385,12 +398,12 @@ class MatmulFamily(KernelFamily):
             return ctx
         threads = matmul_threads(params)
         if is_wgmma(params):
-            ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=self.out_dtype_of(dtype, args),
-                       ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"))
+            ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
+                       OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"))
             return ctx
         vec = params["VEC"]
         mma = ctx["MMA"]
-        itemsize = np.dtype(dtype).itemsize
+        itemsize = numpy_dtype(dtype).itemsize
         pad = shared_pad(params, itemsize)
         precision = mma_precision(dtype, args)
         ctx.update(
@@ -452,17 +465,18 @@ class MatmulFamily(KernelFamily):
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
-        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact; float16's
-        results are the exact sums rounded to float16, checked over ``error_rows``) and, at a rounded precision
-        and for float16, standard normal data whose error must stay within twice the error of the reference on
+        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact; float16's and
+        bfloat16's results are the exact sums rounded to their dtype, checked over ``error_rows``) and, at a
+        rounded precision and for 16-bit operands, standard normal data whose error must stay within twice the
+        error of the reference on
         the same data (``error_bound``)."""
         M, N, K = problem.shape
         A, B = (a.astype(np.float64) for a in inputs)
-        precision = "fp16" if problem.dtype == "float16" else problem.family["precision"]
+        precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.family["precision"]
         out_dtype = self.out_dtype(problem)
-        if out_dtype == "float16":
+        if out_dtype in HALF:
             rows = error_rows(problem.shape)
-            cases = [Case(tuple(inputs), (A[rows] @ B).astype(np.float16).astype(np.float64), "exact rows")]
+            cases = [Case(tuple(inputs), (A[rows] @ B).astype(out_dtype).astype(np.float64), "exact rows")]
         else:
             cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
         if precision != "ieee":
@@ -487,7 +501,7 @@ class MatmulFamily(KernelFamily):
             return problem_text
         C = got.astype(np.float64)
         if case.tolerance is not None:
-            precision = "float16" if problem.dtype == "float16" else problem.family["precision"]
+            precision = problem.dtype if problem.dtype in HALF else problem.family["precision"]
             return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
                                 what=f"{precision} results")
         if case.what == "exact rows":
@@ -517,11 +531,11 @@ class MatmulFamily(KernelFamily):
     def default_params(self, problem) -> dict[str, Any]:
         """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
         at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
-        (smaller tiles likewise); for float16 its tensor-core counterpart, fed through cp.async."""
+        (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
         if problem.family["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
-        if problem.dtype == "float16":
+        if problem.dtype in HALF:
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
                           VEC=4, ASYNC_STAGES=3)
         if max(problem.shape[:2]) < 1024:
@@ -558,13 +572,15 @@ class MatmulFamily(KernelFamily):
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
         """cuBLAS through CuPy and PyTorch in IEEE fp32 (TF32 off), the accuracy of "ieee" and "3xtf32"; for "tf32",
-        PyTorch's with TF32 on (CuPy's is set by an environment variable read once, so it is left out)."""
+        PyTorch's with TF32 on (CuPy's is set by an environment variable read once, so it is left out); for
+        bfloat16, PyTorch's alone (its tensors made from the operands' bits)."""
         found = {}
         tf32 = problem.family["precision"] == "tf32"
+        bf16 = problem.dtype == "bfloat16"
         try:
             import cupy
 
-            if not tf32:
+            if not (tf32 or bf16):
                 A, B = (cupy.asarray(a) for a in inputs)
                 found["cuBLAS (cupy)"] = lambda: A @ B
         except ImportError:
@@ -572,7 +588,11 @@ class MatmulFamily(KernelFamily):
         try:
             import torch
 
-            tA, tB = (torch.as_tensor(a, device="cuda") for a in inputs)
+            if bf16:  # PyTorch imports no bfloat16 array interface: the operands' bits, as int16
+                tA, tB = (torch.as_tensor(retyped(a, np.dtype(np.int16)), device="cuda").view(torch.bfloat16)
+                          for a in inputs)
+            else:
+                tA, tB = (torch.as_tensor(a, device="cuda") for a in inputs)
 
             def torch_matmul():
                 torch.backends.cuda.matmul.allow_tf32 = tf32
@@ -664,12 +684,13 @@ def error_bound(precision: str, A: np.ndarray, B: np.ndarray, expected: np.ndarr
                 out_dtype: str = "float32") -> float:
     """The relative error a precision's results may have on A @ B: twice that of its reference on the same data.
     3xtf32 promises fp32-level error: its reference is the ieee kernels' chain of fp32 FMAs (``fma_chain``); tf32
-    that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's; fp16 (float16 operands)
-    NumPy's and cuBLAS's: the FMA chain rounded to float16 where the result is float16 (a sum kept in float16
+    that of cuBLAS with TF32 on: the TF32-rounded operands' error plus the FMA chain's; fp16 and bf16 (float16,
+    bfloat16 operands) NumPy's and cuBLAS's: the FMA chain rounded to the operands' dtype where the result has it
+    (a sum kept in float16
     errs far more), and where it is float32 the tensor cores' own truncating sum (``tensor_core_chain``), which
     errs up to 3x more than the FMA chain. At least 2**-22, where the reference happens to be nearly exact (K of 1
     or 2)."""
-    chain = tensor_core_chain if precision == "fp16" and out_dtype == "float32" else fma_chain
+    chain = tensor_core_chain if precision in ("fp16", "bf16") and out_dtype == "float32" else fma_chain
     error = relative_error(chain(A, B).astype(out_dtype), expected)
     if precision == "tf32":
         rounded = tf32_round(A).astype(np.float64) @ tf32_round(B).astype(np.float64)

@@ -13,6 +13,7 @@ import numpy as np
 
 from .. import arrays
 from ..device import gpu_required
+from ..dtypes import kernel_view, storage
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
@@ -27,8 +28,8 @@ def index_type(params: Mapping[str, Any]) -> str:
 
 
 def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
-    arr, it = f"{dtype}[::1]", index_type(params)
-    types = {"A": arr, "B": arr, "C": f"{out_dtype or dtype}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
+    arr, it = f"{storage(dtype)}[::1]", index_type(params)
+    types = {"A": arr, "B": arr, "C": f"{storage(out_dtype or dtype)}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
              "counters": "int32[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
 
@@ -128,7 +129,7 @@ class MatmulKernel(Planned, Kernel):
             if (C := self._replayed_new((A, B), stream)) is not None:
                 return C
             C = self._run_new((A, B), self._prepare(A, B, out, stream), stream)
-            return C.copy_to_host() if arrays.is_host(A) and arrays.is_host(B) else C
+            return arrays.device_to_host(C) if arrays.is_host(A) and arrays.is_host(B) else C
         _, run = self._prepare(A, B, out, stream)
         run()
         return out
@@ -172,6 +173,7 @@ class MatmulKernel(Planned, Kernel):
     def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int, stream=DEFAULT) -> None:
         """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
         p = self.params
+        a_flat, b_flat, c_flat = kernel_view(a_flat), kernel_view(b_flat), kernel_view(c_flat)
         if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")

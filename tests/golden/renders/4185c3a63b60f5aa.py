@@ -2,7 +2,7 @@
 # reduce sum axis=1 bfloat16 {'BLOCK': 512, 'ITEMS': 8, 'VEC': 2, 'BLOCK_REDUCE': 'tree', 'WAVES': 16, 'ROW_MODE': 'block'}
 import numpy as np
 
-from numba import cuda, float32, uint32
+from numba import cuda, float32
 
 IDENTITY = float32(0)
 

@@ -2,7 +2,7 @@
 # reduce sum axis=0 bfloat16 {'BLOCK': 256, 'ITEMS': 2, 'VEC': 4, 'ROW_SPLIT': 64, 'BX': 64}
 import numpy as np
 
-from numba import cuda, float32, uint32
+from numba import cuda, float32
 
 IDENTITY = float32(0)
 
