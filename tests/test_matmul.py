@@ -469,7 +469,7 @@ def test_float16_operands_with_a_float32_result(rng):
     assert C.dtype == np.float32
     np.testing.assert_array_equal(C, A.astype(np.float64) @ B)
     assert (C % 2 == 1).any()  # odd sums past 2048: not float16 values
-    with pytest.raises(ValueError, match="out_dtype float32 is for float16 operands"):
+    with pytest.raises(ValueError, match="out_dtype float32 is for float16 and bfloat16 operands"):
         Problem("matmul", (8, 8, 8), "float32", {"out_dtype": "float32"})
 
 
