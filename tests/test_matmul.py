@@ -408,13 +408,16 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
 # shared tile whose k are permuted, in the simulator's stand-in, which takes A's fragments in the hardware's layout
 # and reads B the way the hardware does; a change to the loads' or the stores' permutation fails here. Both
 # precisions, every layout, one and two warpgroups, two B pieces per thread and more; edges (partial tiles, rows
-# that are not 16-byte aligned) and aligned shapes (the unchecked loads).
+# that are not 16-byte aligned) and aligned shapes (the unchecked loads). Their K is about half of float16's: with
+# BK 32 it still gives two whole K steps and a partial one (70 x 90 x 66: rows 264 and 360 bytes long; 70 x 72 x 72:
+# 16-byte-aligned rows), where float16's 130 and 136 took five steps of the simulator's slow TF32 stand-in.
 WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES": 0}
+EDGES_TF32, ALIGNED_TF32 = (70, 90, 66), (70, 72, 72)
 WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf32"},
-                     [EDGES, (64, 64, 64), (1, 1, 1)]),
-                    ({**WGMMA_TF32, "GROUP_M": 1}, "float32", {"layout": "tn", "precision": "tf32"}, [ALIGNED]),
-                    ({**WGMMA_TF32, "BM": 128}, "float32", {"layout": "nt", "precision": "tf32"}, [EDGES]),
-                    ({**WGMMA_TF32, "BN": 128}, "float32", {"layout": "tt", "precision": "3xtf32"}, [ALIGNED])]
+                     [EDGES_TF32, (64, 64, 64), (1, 1, 1)]),
+                    ({**WGMMA_TF32, "GROUP_M": 1}, "float32", {"layout": "tn", "precision": "tf32"}, [ALIGNED_TF32]),
+                    ({**WGMMA_TF32, "BM": 128}, "float32", {"layout": "nt", "precision": "tf32"}, [EDGES_TF32]),
+                    ({**WGMMA_TF32, "BN": 128}, "float32", {"layout": "tt", "precision": "3xtf32"}, [ALIGNED_TF32])]
 
 
 @pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
