@@ -15,6 +15,7 @@ import ml_dtypes
 import numpy as np
 
 BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+HALF = ("float16", "bfloat16")  # the 16-bit floats: summed and multiplied in float32
 STORAGE = {"bfloat16": "uint16"}  # the kernel-side element type of dtypes Numba cannot type
 
 

@@ -24,10 +24,10 @@ from numba import cuda
 
 from autotune.arrays import device_to_host, host_to_device
 from autotune.build import build_kernel
+from autotune.dtypes import HALF
 from autotune.oracle import poison, relative_error
 from autotune.problem import Problem
 
-HALF = ("float16", "bfloat16")
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64}
 TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "ASYNC_STAGES": 0}
 CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),

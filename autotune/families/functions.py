@@ -25,10 +25,9 @@ from typing import Any
 import numpy as np
 
 from .. import arrays, streams
-from ..dtypes import kernel_view
+from ..dtypes import HALF, kernel_view
 from ..launch import Plan, Written
 from ..streams import as_stream, stream_key
-from .matmul import HALF
 from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
 

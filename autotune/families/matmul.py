@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..constraints import MAX_STATIC_SHARED_BYTES, Predicate
-from ..dtypes import numpy_dtype, retyped, storage
+from ..dtypes import HALF, numpy_dtype, retyped, storage
 from ..family import Case, FamilyArg, KernelFamily
 from ..oracle import compare_exact, compare_norm, relative_error, unwritten
 from ..resources import resource_dir, templates_dir
@@ -31,7 +31,6 @@ LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
 MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile",
              "bf16": "bf16_tile"}
-HALF = ("float16", "bfloat16")  # 16-bit operands: products and sums in float32, on the tensor cores
 WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger

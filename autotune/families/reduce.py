@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..dtypes import HALF
 from ..family import Case, FamilyArg, KernelFamily
 from ..oracle import compare_exact, unwritten
 from ..resources import resource_dir, templates_dir
@@ -27,7 +28,6 @@ from ..resources import resource_dir, templates_dir
 OPS = ("sum", "max", "min", "dot", "nanmax", "nanmin")
 ORDERED = ("max", "min", "nanmax", "nanmin")  # checked also on data with extreme values (infinities, NaN)
 DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
-HALF = ("float16", "bfloat16")  # accumulated in float32
 # NaN is the identity of nanmax and nanmin: fmax(NaN, x) = x, and a line of only NaN stays NaN, as in NumPy.
 _IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf, "nanmax": math.nan, "nanmin": math.nan}
 

@@ -109,7 +109,8 @@ class ReduceKernel(Planned, Kernel):
         if dx.size == 0:
             return result, self._empty(result, dx, stream)
         target = self._scratch_for(result, dx, dy)
-        x_flat, y_flat = arrays.flat(dx), arrays.flat(dy)
+        x_flat = arrays.flat(dx)
+        y_flat = x_flat if dy is dx else arrays.flat(dy)
         return result, lambda: self._into(result, target,
                                           lambda: self.launch(x_flat, y_flat, target, tuple(dx.shape), stream), stream)
 
@@ -149,7 +150,9 @@ class ReduceKernel(Planned, Kernel):
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...], stream=DEFAULT) -> None:
         """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py). A
         staged variant (reduce.staged) writes a workspace of accumulators, then stores it into ``out``."""
-        x_flat, y_flat, out = kernel_view(x_flat), kernel_view(y_flat), kernel_view(arrays.flat(out))
+        x_view = kernel_view(x_flat)
+        y_flat = x_view if y_flat is x_flat else kernel_view(y_flat)
+        x_flat, out = x_view, kernel_view(arrays.flat(out))
         target = self._workspace(out, shape, stream) if self.staged else out
         self._launch_main(x_flat, y_flat, target, shape, stream)
         if self.staged:
