@@ -1,7 +1,8 @@
 """On the GPU: the NumPy-style functions (autotune.sum/max/.../matmul) checked against NumPy, the caller's stream
 honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
 
-    python lab/functions_gpu.py [--quick] [--dtypes-only] [--bfloat16-only] [--host-only]   (CuPy, PyTorch)
+    python lab/functions_gpu.py [--quick] [--dtypes-only] [--bfloat16-only] [--half-bench] [--host-only]
+    (needs CuPy and PyTorch)
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
    NaN-poisoned ``out=``; matmul on the four layouts, 1-D operands and broadcast stacks; repeated calls without
@@ -18,7 +19,8 @@ honoured, host time per call, and (outer, R, inner) reductions against CuPy and 
    bit for bit (integers over the whole dtype; float16 sums of integers against the exact sum rounded once),
    then sums timed as in 4 against cupy.sum and torch.sum (the same result dtype: int64 for int32).
 6. bfloat16 (``--bfloat16-only``): NumPy (ml_dtypes) arrays and PyTorch tensors (into a bfloat16 ``out=``) checked
-   as float16 is in 5; sums of PyTorch tensors timed against torch.sum (bfloat16 result both).
+   as float16 is in 5; sums of PyTorch tensors timed against torch.sum (bfloat16 result both). ``--half-bench``:
+   that timing alone, for float16 and bfloat16.
 """
 import argparse
 import sys
@@ -310,14 +312,16 @@ def check_bfloat16(rng) -> list[str]:
     return failures
 
 
-def bfloat16_bench(rng) -> list[tuple]:
+def half_bench(rng, name: str = "bfloat16") -> list[tuple]:
+    """Sums of PyTorch tensors of ``name`` (float16 or bfloat16) against torch.sum, the result in that dtype."""
     import torch
 
+    dtype = getattr(torch, name)
     flush = L2Flusher()
     rows = []
     for shape, axis in (((1 << 20,), None), ((1 << 26,), None), ((8192, 8192), 1), ((8192, 8192), 0)):
-        t = torch.randn(shape, device="cuda").to(torch.bfloat16)
-        r = torch.empty(() if axis is None else (shape[1 - axis],), dtype=torch.bfloat16, device="cuda")
+        t = torch.randn(shape, device="cuda").to(dtype)
+        r = torch.empty(() if axis is None else (shape[1 - axis],), dtype=dtype, device="cuda")
         autotune.sum(t, axis=axis, out=r)
         same = torch.sum(t.float()) if axis is None else torch.sum(t.float(), dim=axis)
         close = bool(torch.allclose(r.float(), same, rtol=1e-2, atol=1e-2 * float(same.abs().max())))
@@ -330,14 +334,19 @@ def bfloat16_bench(rng) -> list[tuple]:
     return rows
 
 
+def print_half_bench(rng, names: tuple[str, ...]) -> None:
+    print("\n| dtype | shape | axis | close to torch's float32 sum | autotune GB/s | torch GB/s | autotune vs torch |\n"
+          "| --- | --- | --- | --- | --- | --- | --- |")
+    for name in names:
+        for shape, axis, close, a, t, ratio in half_bench(rng, name):
+            print(f"| {name} | {shape} | {axis} | {close} | {a:.0f} | {t:.0f} | {ratio:.2f}x |", flush=True)
+
+
 def print_bfloat16(rng) -> list[str]:
     t0 = time.time()
     failures = check_bfloat16(rng)
     print(f"bfloat16 checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
-    print("\n| shape | axis | close to torch's float32 sum | autotune GB/s | torch GB/s | autotune vs torch |\n"
-          "| --- | --- | --- | --- | --- | --- |")
-    for shape, axis, close, a, t, ratio in bfloat16_bench(rng):
-        print(f"| {shape} | {axis} | {close} | {a:.0f} | {t:.0f} | {ratio:.2f}x |", flush=True)
+    print_half_bench(rng, ("bfloat16",))
     return failures
 
 
@@ -347,6 +356,8 @@ def main() -> int:
     parser.add_argument("--iterations", type=int, default=200, help="iterations of the stream test per variant")
     parser.add_argument("--dtypes-only", action="store_true", help="only part 5: int32, int64 and float16")
     parser.add_argument("--bfloat16-only", action="store_true", help="only part 6: bfloat16 (NumPy and PyTorch)")
+    parser.add_argument("--half-bench", action="store_true",
+                        help="only the float16 and bfloat16 sums against torch.sum (part 6's timing, both dtypes)")
     parser.add_argument("--host-only", action="store_true", help="only the new-output checks and part 3")
     parser.add_argument("--axis-only", action="store_true", help="only part 4: reductions along an axis")
     args = parser.parse_args()
@@ -356,6 +367,9 @@ def main() -> int:
         return 1 if print_narrow(rng) else 0
     if args.bfloat16_only:
         return 1 if print_bfloat16(rng) else 0
+    if args.half_bench:
+        print_half_bench(rng, ("float16", "bfloat16"))
+        return 0
     if args.axis_only:
         return 0 if all(row[2] for row in print_axis_bench(rng)) else 1
     t0 = time.time()
