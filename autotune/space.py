@@ -132,6 +132,21 @@ class SearchSpace:
                 return message
         return None
 
+    def for_dtype(self, dtype: str, family: Mapping[str, Any]) -> SearchSpace:
+        """This space without the values no configuration may take for ``dtype``: those that a constraint on
+        that parameter alone rules out (VEC 8 of a 4-byte dtype breaks the 16-byte vector limit whatever else is
+        chosen). A tuner samples from it, so a value added for one dtype is never offered for another and leaves
+        that dtype's search as it was; the values kept keep their order (and so their sampler indices)."""
+        ctx = Context(dtype=dtype, family=family, kernel=self.impl)
+        rules = (*self.constraints, *_hardware_limits())
+        params = dict(self.params)
+        for name, p in self.params.items():
+            own = [r for r in rules if r.needs() == {name}]
+            kept = tuple(v for v in p.values if not any(r.violation({name: v}, ctx) for r in own))
+            if kept and kept != p.values:
+                params[name] = replace(p, values=kept)
+        return replace(self, params=params)
+
     # -- enumeration and sampling -----------------------------------------------------------------
     def configurations(self, family: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Every assignment of the applicable parameters (constraints not applied), in a fixed order."""

@@ -146,7 +146,7 @@ class Tuner:
         self.neighbours = list(neighbours or [])
         self.config = config
         self.device = device
-        self.space = load_space(problem.kind, config.space_path)
+        self.space = load_space(problem.kind, config.space_path).for_dtype(problem.dtype, problem.family)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.name = name or study_name(problem, device)
         self.study = open_study(storage or open_storage(config, device, self.report), self.name,

@@ -29,8 +29,8 @@ CHEAP = {"matmul": {"UNROLL_K": (1, 2), "TM": (1, 2), "TN": (1, 2), "BK": (8,), 
 # mma (k = 16 needs UNROLL_K >= 16, which the cheap values above leave out), and split-K summed by the last block
 # with tiles of exactly 48 KB of static shared memory (a shared flag word once pushed such a kernel over the limit);
 # float16's 16-byte copies (VEC 8, which the float32 and float64 samples cannot use) and its wgmma kernel (WGMMA,
-# BK 64: float16 only, compiled for sm_90a); and reductions of the narrow
-# and integer dtypes at their widest unrolling.
+# BK 64: float16 only, compiled for sm_90a); and reductions of the narrow and integer dtypes at their widest
+# unrolling (float16's with 16-byte loads).
 EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 4, "VEC": 4, "THREAD_LAYOUT": "strided",
            "UNROLL_K": 4, "ASYNC_STAGES": 4}),
@@ -46,7 +46,7 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
          ("matmul", "float16", {"layout": "tn"},
           {"strategy": "tiled", "BM": 256, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 3}),
          ("reduce", "int32", {"op": "sum", "axis": 1}, {"BLOCK": 256, "ITEMS": 4, "VEC": 4, "ROW_MODE": "block"}),
-         ("reduce", "float16", {"op": "nanmax", "axis": None}, {"BLOCK": 512, "ITEMS": 8, "VEC": 4, "COMBINE": "atomic"}),
+         ("reduce", "float16", {"op": "nanmax", "axis": None}, {"BLOCK": 512, "ITEMS": 8, "VEC": 8, "COMBINE": "atomic"}),
          ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]
 
 

@@ -41,9 +41,11 @@ CHEAP = {"BLOCK": (32, 64), "WAVES": (1, 2), "ROW_SPLIT": (1, 2), "ITEMS": (1, 2
 
 
 def covering(op, axis, dtype):
-    sample, uncovered = load_space("reduce").covering_sample(dtype=dtype, family={"op": op, "axis": axis},
-                                                             cheap=CHEAP)
-    assert uncovered <= {("VEC", 4)}
+    """Configurations using every value the tuner may offer for ``dtype`` (the space for that dtype)."""
+    family = {"op": op, "axis": axis}
+    sample, uncovered = load_space("reduce").for_dtype(dtype, family).covering_sample(dtype=dtype, family=family,
+                                                                                     cheap=CHEAP)
+    assert not uncovered
     return sample
 
 
@@ -134,6 +136,27 @@ def test_repeated_calls_reuse_the_last_block_counter(rng):
     for _ in range(3):
         x = rng.standard_normal(5000).astype(np.float32)
         assert k(x) == x.max()
+
+
+@pytest.mark.parametrize("axis, params", [(None, {"BLOCK": 32, "COMBINE": "atomic", "WAVES": 2}),
+                                          (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 4, "VEC": 2})])
+def test_a_staged_workspace_is_the_identity_again_after_each_call(axis, params, rng):
+    """float16 sums combined with atomics add into a float32 workspace filled once; each call's store kernel puts
+    the identity back, so repeated calls, and replays of a bound plan, each give that call's sum alone."""
+    from numba import cuda
+
+    k = build_kernel("reduce", params, "float16", op="sum", axis=axis)
+    shape = (300,) if axis is None else (37, 10)
+    for _ in range(3):
+        x = rng.integers(-8, 9, size=shape).astype(np.float16)
+        np.testing.assert_array_equal(np.asarray(k(x), np.float64), np.sum(x.astype(np.float64), axis=axis))
+    x = rng.integers(-8, 9, size=shape).astype(np.float16)
+    want = np.sum(x.astype(np.float64), axis=axis)
+    out = cuda.to_device(np.full(np.shape(want) or (1,), np.nan, np.float16))
+    plan = k.bind(cuda.to_device(x), out=out)
+    for _ in range(3):
+        plan()
+        np.testing.assert_array_equal(out.copy_to_host().astype(np.float64).reshape(np.shape(want)), want)
 
 
 def test_unaligned_input_takes_the_scalar_path(rng):
@@ -334,10 +357,32 @@ def test_narrow_and_integer_dtypes_in_every_combine(dtype, shape, axis, params, 
     """The tuner's own check (poisoned output, exact reference in the result's dtype, extremes planted for max
     and min) passes for each op; an int32 sum's result is int64, a float16 (bfloat16) one's float16 (bfloat16),
     and a 16-bit float variant that combines with atomics does so in a float32 workspace."""
+    check_widening(dtype, shape, axis, params, rng, ("sum", "dot", "max", "nanmin"))
+
+
+# 16-byte loads of 2-byte dtypes, with shapes whose ends (and, down columns, whose column counts) leave elements to
+# the scalar path as well.
+VEC8_STRATEGIES = [
+    ((1031,), None, {"BLOCK": 32, "ITEMS": 2, "VEC": 8, "WAVES": 2, "BLOCK_REDUCE": "shuffle",
+                     "COMBINE": "last_block"}),
+    ((3, 520), 1, {"BLOCK": 32, "ITEMS": 1, "VEC": 8, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
+    ((37, 72), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 1, "ROW_SPLIT": 2, "VEC": 8}),
+    ((37, 70), 0, {"BLOCK": 64, "BX": 32, "ITEMS": 2, "ROW_SPLIT": 1, "VEC": 8}),
+    ((3, 19, 40), -2, {"BLOCK": 64, "BX": 32, "ITEMS": 1, "ROW_SPLIT": 1, "VEC": 8}),
+]
+
+
+@pytest.mark.parametrize("shape, axis, params", VEC8_STRATEGIES, ids=lambda v: str(v).replace(" ", ""))
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_two_byte_dtypes_with_sixteen_byte_loads(dtype, shape, axis, params, rng):
+    check_widening(dtype, shape, axis, params, rng, ("sum", "max"))
+
+
+def check_widening(dtype, shape, axis, params, rng, ops):
     from autotune.families.reduce import staged
     from autotune.problem import Instance, Problem
 
-    for op in ("sum", "dot", "max", "nanmin"):
+    for op in ops:
         problem = Problem("reduce", shape, dtype, {"op": op, "axis": axis})
         kernel = build_kernel("reduce", params, dtype, op=op, axis=axis)
         assert problem.out_dtype == ("int64" if (dtype, op) == ("int32", "sum") else dtype)

@@ -1,10 +1,12 @@
 """Search spaces: loading, validation before anything is rendered, and coverage sampling."""
 import textwrap
 
+import optuna
 import pytest
 
 from autotune.build import build_kernel, render_source
 from autotune.space import SpaceError, load_space
+from autotune.tuner import suggest
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +43,23 @@ def test_vector_width_depends_on_dtype(matmul_space):
     matmul_space.validate({"VEC": 4}, dtype="float32", family={"layout": "nn"})
     with pytest.raises(ValueError, match="exceeds a 16-byte vector access"):
         matmul_space.validate({"VEC": 4}, dtype="float64", family={"layout": "nn"})
+
+
+@pytest.mark.parametrize("dtype, widths", [("float64", (1, 2)), ("float32", (1, 2, 4)),
+                                           ("float16", (1, 2, 4, 8)), ("bfloat16", (1, 2, 4, 8))])
+def test_a_tuner_is_offered_only_the_vector_widths_its_dtype_can_take(dtype, widths):
+    family = {"op": "sum", "axis": 0}
+    space = load_space("reduce")
+    narrowed = space.for_dtype(dtype, family)
+    assert narrowed.params["VEC"].values == widths
+    assert all(narrowed.params[n] == p for n, p in space.params.items() if n != "VEC")
+    for vec in space.params["VEC"].values:  # what was dropped is exactly what no configuration may take
+        valid = any(space.violation({**c, "VEC": vec}, dtype=dtype, family=family) is None
+                    for c in space.configurations(family))
+        assert valid == (vec in widths)
+    study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
+    offered = {suggest(study.ask(), narrowed, family)["VEC"] for _ in range(60)}
+    assert offered == set(widths)
 
 
 def test_reduce_parameters_depend_on_axis():
