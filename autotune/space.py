@@ -172,10 +172,12 @@ class SearchSpace:
         simulator, where every thread is a Python thread); each value is still pinned once. With ``candidates``
         above 1, that many valid configurations are drawn per pinned value and the one with the fewest values
         outside ``cheap`` is kept: where a value needs others freed, the fewest expensive ones come with it.
-        Returns the sample and the pairs no valid configuration was found for (e.g. VEC=4 in float64).
+        Returns the sample and the pairs no valid configuration was found for (e.g. VEC=4 in float64). Once only
+        pairs that ``for_dtype`` rules out are left, no more are drawn: none of them can be valid.
         """
         rng = random.Random(seed)
         wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, family) for v in p.values}
+        possible = {(p.name, v) for p in self.for_dtype(dtype, family).params.values() for v in p.values}
         kept: list[dict[str, Any]] = []
         cheap = dict(cheap or {})
         # Narrowed as asked first; then, for values the narrowing cannot reach, with one parameter at a time
@@ -183,7 +185,7 @@ class SearchSpace:
         narrowings = [cheap, *({k: v for k, v in cheap.items() if k != free} for free in cheap), {}] if cheap else [{}]
         for narrowing in narrowings:
             for _ in range(tries // len(narrowings)):
-                if not wanted:
+                if not wanted & possible:
                     break
                 target = rng.choice(sorted(wanted, key=repr))
                 drawn = (self._random_config(rng, family, pin=target, cheap=narrowing) for _ in range(candidates))
