@@ -149,8 +149,7 @@ class ReduceKernel(Planned, Kernel):
     # -- launching -------------------------------------------------------------------------------
     def launch(self, x_flat, y_flat, out, shape: tuple[int, ...], stream=DEFAULT) -> None:
         """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py). A
-        staged variant (reduce.staged) adds into a workspace of accumulators, then stores it into ``out`` and
-        sets it back to the identity for the next call: two launches a call, not three."""
+        staged variant (reduce.staged) writes a workspace of accumulators, then stores it into ``out``."""
         x_view = kernel_view(x_flat)
         y_flat = x_view if y_flat is x_flat else kernel_view(y_flat)
         x_flat, out = x_view, kernel_view(arrays.flat(out))
@@ -171,22 +170,18 @@ class ReduceKernel(Planned, Kernel):
         if self.axis == 1:
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, vec_ok=vec_ok))
         else:
-            if p["ROW_SPLIT"] > 1 and not self.staged:  # row slices add atomically (a workspace starts filled)
+            if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
                 self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, L=out.size, out=out,
                                                   rows_per_split=extra[0], vec_ok=vec_ok))
 
     def _workspace(self, out, shape: tuple[int, ...], stream):
-        """The accumulators a staged variant combines into, kept per (shape, stream) as the partials are: filled
-        with the identity once, on ``stream``, and after that by the store kernel of each call."""
+        """The accumulators a staged variant combines into, kept per (shape, stream) as the partials are."""
         from numba import cuda
 
         key = (shape, stream_key(stream))
         if key not in self._workspaces:
-            workspace = cuda.device_array(out.size, dtype=self.acc_dtype)
-            configured, *args = fill(self.module, workspace, identity(self.op, self.acc_dtype), self.simulator, stream)
-            configured(*args)  # now, not as a step of a plan being recorded
-            self._workspaces[key] = workspace
+            self._workspaces[key] = cuda.device_array(out.size, dtype=self.acc_dtype)
         return self._workspaces[key]
 
     def _args(self, **values) -> list:
@@ -196,7 +191,7 @@ class ReduceKernel(Planned, Kernel):
     def _launch_all(self, x_flat, y_flat, out, n: int, vec_ok: bool, stream) -> None:
         configured, (partial, blocks) = self._config((n,), stream)
         combine = self.params["COMBINE"]
-        if combine == "atomic" and not self.staged:  # a staged variant's workspace starts filled
+        if combine == "atomic":
             self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
         counter = self._counter_array(stream) if combine == "last_block" else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
