@@ -292,6 +292,25 @@ def test_tf32_tensor_core_variants(params, layout, precision, rng):
         assert check_with_oracle(k, problem, rng) == [None, None]
 
 
+@pytest.mark.parametrize("k", [1, 2])
+def test_the_3xtf32_bound_at_tiny_k_passes_three_products_and_fails_one(k, rng):
+    """Where K is 1 or 2 the bound is its floor: the three products of 3xtf32's split parts (each exact, their sum
+    rounded once) lie within it, one product of the rounded operands alone (tf32's error) does not."""
+    from autotune.families.matmul import error_bound, reference, tf32_round
+    from autotune.oracle import relative_error
+
+    A = rng.standard_normal((64, k)).astype(np.float32)
+    B = rng.standard_normal((k, 64)).astype(np.float32)
+    exact = reference(A, B)
+    big_a, big_b = tf32_round(A), tf32_round(B)
+    small_a, small_b = tf32_round(A - big_a), tf32_round(B - big_b)
+    wide = [x.astype(np.float64) for x in (big_a, big_b, small_a, small_b)]
+    three = (wide[0] @ wide[1] + wide[0] @ wide[3] + wide[2] @ wide[1]).astype(np.float32)
+    one = (wide[0] @ wide[1]).astype(np.float32)
+    bound = error_bound("3xtf32", A, B, exact)
+    assert relative_error(three, exact) <= bound < relative_error(one, exact)
+
+
 def test_the_oracle_tells_tf32_from_3xtf32(rng):
     """A tf32 kernel passes the exact integer case of a 3xtf32 problem and fails its error case; 3xtf32 and the
     IEEE seed kernel pass a tf32 problem (more accuracy is never refused)."""
