@@ -15,7 +15,6 @@ from __future__ import annotations
 import concurrent.futures as cf
 import importlib.util
 import os
-import queue
 import random
 import socket
 import sys
@@ -30,6 +29,7 @@ import optuna
 from optuna.trial import TrialState
 
 from . import backend
+from .compile_queue import CompileQueue, Compiling
 from .device import DeviceInfo
 from .evaluate import compile_variant
 from .problem import Problem
@@ -159,6 +159,7 @@ class Tuner:
         self._stopping = threading.Event()
         self._time_up = threading.Event()  # the run's time limit passed: compiles still running are not waited for
         self._grid: Iterator[dict[str, Any]] | None = None
+        self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, made by the first GPU thread
         self._rng = random.Random(config.seed)
 
     # -- bookkeeping over the study -------------------------------------------------------------
@@ -368,22 +369,23 @@ class Tuner:
         start = time.monotonic()
         measured_before, _, _ = self._counts()
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
-        compiled: queue.Queue = queue.Queue(maxsize=cfg.compile_workers + len(cfg.devices))
         simulator = backend.simulator()
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
-        baseline = self._measure_baseline(workers[0]) if cfg.baseline else None
         pool = CompilePool(cfg.compile_workers)
-        threads = [threading.Thread(target=self._gpu_loop, args=(w, compiled), daemon=True) for w in workers]
+        compiles = CompileQueue(lambda job: pool.submit(compile_variant, job), cfg.compile_workers + len(workers),
+                                cfg.compile_timeout_s)
+        baseline_job = self._baseline_job(pool) if cfg.baseline else None
+        threads = [threading.Thread(target=self._gpu_loop, args=(w, compiles, baseline_job if i == 0 else None),
+                                    daemon=True) for i, w in enumerate(workers)]
         for t in threads:
             t.start()
         try:
-            self._feed(pool, compiled, deadline)
+            self._feed(compiles, deadline)
         except BaseException:
-            self._stop_now(pool, workers, compiled)
+            self._stop_now(pool, workers, compiles)
             raise
         finally:
-            for _ in threads:
-                compiled.put(None)
+            compiles.close(len(threads))
             for t in threads:
                 t.join(STOP_JOIN_S if self._stopping.is_set() else None)
             for w in workers:
@@ -392,15 +394,15 @@ class Tuner:
             if self._stopping.is_set():
                 self._requeue_in_flight()
         measured, _, _ = self._counts()
-        return self.result(baseline, time.monotonic() - start, measured - measured_before)
+        return self.result(self._baseline, time.monotonic() - start, measured - measured_before)
 
-    def _feed(self, pool, compiled: queue.Queue, deadline: float | None) -> None:
+    def _feed(self, compiles: CompileQueue, deadline: float | None) -> None:
         asks = 0
         while True:
             if deadline and time.monotonic() > deadline:
                 self.report("time limit reached; measuring what is compiled, queueing the rest for later")
                 self._time_up.set()
-                self._requeue_waiting(compiled)
+                self._requeue_waiting(compiles)
                 self._wait_for_flight()
                 return
             with self._lock:
@@ -411,9 +413,12 @@ class Tuner:
                     return
                 time.sleep(0.05)
                 continue
+            if not compiles.reserve(timeout_s=0.2):  # as many in flight as allowed: look at the clock again
+                continue
             asked = self.ask()
             asks += 1
             if asked is None or asks > 50 * self.config.trials:
+                compiles.release()
                 self.report("the search space is exhausted (every sample was invalid or seen already)")
                 self._wait_for_flight()
                 return
@@ -421,7 +426,7 @@ class Tuner:
             with self._lock:
                 self._flight[trial.number] = (trial, config)
             the_job = job_for(self.problem, config, self.config.space_path)
-            compiled.put((trial, config, the_job, pool.submit(compile_variant, the_job)))
+            compiles.submit((trial, config, the_job), the_job)
 
     def _wait_for_flight(self) -> None:
         """Until the GPU threads have told (or queued again) every trial in flight."""
@@ -431,16 +436,12 @@ class Tuner:
                     return
             time.sleep(0.05)
 
-    def _requeue_waiting(self, compiled: queue.Queue) -> None:
+    def _requeue_waiting(self, compiles: CompileQueue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
         measured nor as failures) and enqueued again, so the next run measures them first."""
-        while True:
-            try:
-                item = compiled.get_nowait()
-            except queue.Empty:
-                return
+        for trial, config, _ in compiles.take_waiting():
             with self._lock:
-                self._requeue(*item[:2])
+                self._requeue(trial, config)
 
     def _requeue(self, trial: optuna.Trial, config: dict[str, Any]) -> None:
         """``_requeue_left`` for a trial of this run, which is then neither seen nor in flight. Called under the
@@ -449,19 +450,15 @@ class Tuner:
         self._seen.pop(config_key(config), None)
         self._flight.pop(trial.number, None)
 
-    def _stop_now(self, pool, workers: list[Worker], compiled: queue.Queue) -> None:
+    def _stop_now(self, pool, workers: list[Worker], compiles: CompileQueue) -> None:
         """The run is being interrupted (Ctrl-C, or an error of ours): no outcome is told from here on, the
         compiles and the measurement in progress are ended, and the compiled variants waiting for a GPU are
         dropped, so that the GPU threads see the end of the queue at once."""
         self._stopping.set()
+        compiles.take_waiting()
         pool.stop()
         for w in workers:
             w.stop()
-        while True:
-            try:
-                compiled.get_nowait()
-            except queue.Empty:
-                return
 
     def _requeue_in_flight(self) -> None:
         """After an interruption: every trial of this process asked but not told (in flight, or cut short in
@@ -473,39 +470,46 @@ class Tuner:
                     self._requeue_left(t.number, t.params)
             self._flight.clear()
 
-    def _gpu_loop(self, worker: Worker, compiled: queue.Queue) -> None:
+    def _gpu_loop(self, worker: Worker, compiles: CompileQueue, baseline_job=None) -> None:
+        if baseline_job is not None:
+            self._baseline = self._measure_baseline(worker, *baseline_job)
         while True:
-            item = compiled.get()
+            item = compiles.get()
             if item is None:
                 return
-            trial, config, the_job, future = item
             try:
-                outcome = self._evaluate(worker, the_job, future)
-            except BaseException as exc:  # a bug of ours must not leave the trial running or the count wrong
-                outcome = Outcome(ok=False, stage="run", reason=f"tuner error: {type(exc).__name__}: {exc}")
-            with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
-                if self._stopping.is_set():  # what an interruption cut short is not an outcome
-                    continue
-                if outcome is None:  # the time limit passed while it compiled: measured first next run
-                    self._requeue(trial, config)
-                    continue
-                try:
-                    self.tell(trial, replace(outcome, gpu=worker.device))
-                finally:
-                    self._flight.pop(trial.number, None)
+                self._measure_and_tell(worker, item)
+            finally:
+                compiles.release()
 
-    def _evaluate(self, worker: Worker, the_job, future) -> Outcome | None:
-        """The trial's outcome; None where its compile was still running when the run stopped or its time was
-        up (nothing to tell)."""
+    def _measure_and_tell(self, worker: Worker, item: Compiling) -> None:
+        trial, config, the_job = item.payload
         try:
-            built = self._compiled(future)
-        except cf.TimeoutError:
+            outcome = self._evaluate(worker, the_job, item)
+        except BaseException as exc:  # a bug of ours must not leave the trial running or the count wrong
+            outcome = Outcome(ok=False, stage="run", reason=f"tuner error: {type(exc).__name__}: {exc}")
+        with self._lock:  # told and no longer in flight in one step, as _feed reads both under the lock
+            if self._stopping.is_set():  # what an interruption cut short is not an outcome
+                return
+            if outcome is None:  # the run stopped while it compiled: measured first next run
+                self._requeue(trial, config)
+                return
+            try:
+                self.tell(trial, replace(outcome, gpu=worker.device))
+            finally:
+                self._flight.pop(trial.number, None)
+
+    def _evaluate(self, worker: Worker, the_job, item: Compiling) -> Outcome | None:
+        """The trial's outcome; None where its compile was cancelled because the run stopped (nothing to tell)."""
+        if item.timed_out:
             return Outcome(ok=False, stage="compile", compile_s=self.config.compile_timeout_s,
                            reason=f"compile took longer than {self.config.compile_timeout_s:.0f} s")
+        if item.future.cancelled():
+            return None
+        try:
+            built = item.future.result()
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
-        if built is None:
-            return None
         if not built.ok:
             return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
         resources = built.resources
@@ -557,11 +561,29 @@ class Tuner:
             what = f"{outcome.stage}: {outcome.reason[:100]}"
         self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
 
-    def _measure_baseline(self, worker: Worker) -> dict[str, Any] | None:
+    def _baseline_job(self, pool) -> tuple[dict[str, Any], Any, Any] | None:
+        """The seed kernel's parameters, job and compile, submitted to the pool before any variant: its compile
+        runs beside theirs, and the first GPU thread measures it first."""
         params = self._baseline_params()
         if params is None:
             return None
-        m = worker.run(job_for(self.problem, params, None))
+        the_job = job_for(self.problem, params, None)
+        return params, the_job, pool.submit(compile_variant, the_job)
+
+    def _measure_baseline(self, worker: Worker, params: dict[str, Any], the_job, future) -> dict[str, Any] | None:
+        """The seed kernel's timing; None (said) where it fails. Never raises: the GPU thread must go on to the
+        variants, or the feed would wait on a full queue."""
+        try:
+            built = self._compiled(future)
+            if built is None:  # the run is stopping or its time is up
+                return None
+            if not built.ok:
+                self.report(f"baseline {params} failed: {built.reason}")
+                return None
+            m = worker.run(the_job)
+        except Exception as exc:
+            self.report(f"baseline {params} failed: {type(exc).__name__}: {exc}")
+            return None
         if not m.ok:
             self.report(f"baseline {params} failed: {m.reason}")
             return None

@@ -73,6 +73,30 @@ def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
                for t in trials if t.state == TrialState.PRUNED)
 
 
+def test_the_seed_kernel_is_timed_beside_the_search_and_its_failure_is_said(tmp_path, monkeypatch):
+    """The seed kernel is compiled in the pool with the variants and timed by the GPU thread: the result carries
+    its timing and it is no trial of the study; a seed that fails to compile is reported and the run goes on."""
+    space = "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n" \
+            "  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
+    lines: list[str] = []
+    tuner = reduce_tuner(tmp_path, space, trials=2)
+    tuner.config = replace(tuner.config, baseline=True)
+    tuner.report = lines.append
+    result = tuner.run()
+    assert result.baseline["params"] == tuner._baseline_params() and result.baseline["median_ms"] > 0
+    measured = [t.user_attrs["config"]["BLOCK"] for t in tuner.study.trials if t.state == TrialState.COMPLETE]
+    assert result.measured == 2 and sorted(measured) == [32, 64]  # the seed's BLOCK 256 is no trial
+
+    (tmp_path / "broken").mkdir()
+    broken = reduce_tuner(tmp_path / "broken", space, trials=1)
+    broken.config = replace(broken.config, baseline=True)
+    broken.report = lines.append
+    monkeypatch.setattr(broken, "_baseline_params", lambda: {**tuner._baseline_params(), "BLOCK_REDUCE": "bogus"})
+    result = broken.run()
+    assert result.baseline is None and result.measured == 1
+    assert any(line.startswith("baseline {") and "failed" in line for line in lines)
+
+
 def test_starting_configurations_are_measured_first_where_valid(tmp_path):
     tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
