@@ -59,13 +59,13 @@ def _fix_simulator() -> None:
         simulator_shared.install()
 
 
-NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing")
+NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing", "dominators")
 
 
 def numba_passes_wanted() -> tuple[str, ...]:
     """Which of autotune's replacements of numba-cuda compiler passes to install: ``AUTOTUNE_NUMBA_PATCH`` unset
     or ``1``, all; ``0``, none (numba-cuda as it is); else a comma-separated list of them (``lowering``, ``ssa``,
-    ``liveness``, ``scopes``, ``typing``), so each can be measured or ruled out alone."""
+    ``liveness``, ``scopes``, ``typing``, ``dominators``), so each can be measured or ruled out alone."""
     value = os.environ.get("AUTOTUNE_NUMBA_PATCH", "1").strip()
     if value == "1":
         return NUMBA_PASSES
@@ -81,15 +81,15 @@ def numba_passes_wanted() -> tuple[str, ...]:
 
 def _speed_up_numba() -> None:
     """The linear lowering pass (``numba_lowering``), the indexed SSA reconstruction (``numba_ssa``), the
-    bit-set liveness analysis (``numba_liveness``), the scope repair once per scope (``numba_scopes``) and
-    remembered call typing (``numba_typing``), before the first kernel is compiled; not in the simulator. Each
-    gives Numba's own result, faster."""
-    from . import backend, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
+    bit-set liveness analysis (``numba_liveness``), the scope repair once per scope (``numba_scopes``),
+    remembered call typing (``numba_typing``) and bit-set dominators (``numba_dominators``), before the first
+    kernel is compiled; not in the simulator. Each gives Numba's own result, faster."""
+    from . import backend, numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
 
     if backend.simulator():
         return
     replacements = {"lowering": numba_lowering, "ssa": numba_ssa, "liveness": numba_liveness, "scopes": numba_scopes,
-                    "typing": numba_typing}
+                    "typing": numba_typing, "dominators": numba_dominators}
     wanted = numba_passes_wanted()
     for name in NUMBA_PASSES:
         if name in wanted:

@@ -16,10 +16,10 @@ from numba.core.target_extension import get_local_target
 from numba.core.types.functions import BaseFunction
 from numba.cuda import lowering
 from numba.cuda.compiler import run_frontend
-from numba.cuda.core import analysis, ir, ir_utils, ssa, untyped_passes
+from numba.cuda.core import analysis, controlflow, ir, ir_utils, ssa, untyped_passes
 from numba.cuda.core.typed_passes import PreLowerStripPhis
 
-from autotune import numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
+from autotune import numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
 from autotune.build import build_kernel
 from autotune.compiler import ptx_of
 
@@ -31,6 +31,9 @@ VARIANTS = {
     "matmul float64 mma": ("matmul", "float64", {"layout": "nn"},
                            {"strategy": "tiled", "BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 2, "VEC": 2, "MMA": 16,
                             "UNROLL_K": 16, "MIN_BLOCKS": 2}),
+    "matmul float32 clamped edges, cp.async": ("matmul", "float32", {"layout": "nn"},
+                                               {**TILED, "BM": 32, "BN": 32, "UNROLL_K": 2, "EDGE": "clamp",
+                                                "ASYNC_STAGES": 2, "THREAD_LAYOUT": "contiguous"}),
     "matmul naive": ("matmul", "float32", {"layout": "nn"}, {"strategy": "naive"}),
     "reduce max": ("reduce", "float32", {"op": "max", "axis": None}, {}),
     "reduce dot axis 1": ("reduce", "float64", {"op": "dot", "axis": 1}, {"VEC": 2}),
@@ -199,6 +202,32 @@ class Liveness(Check):
             return found
         return both
 
+class Dominators(Check):
+    """numba_dominators: each node's dominators and post-dominators."""
+    module = numba_dominators
+
+    def __init__(self):
+        self.ours = controlflow.CFGraph._find_dominators_internal
+        self.installed = self.ours is numba_dominators.find_dominators_internal
+
+    def use(self, function):
+        controlflow.CFGraph._find_dominators_internal = function
+
+    def both(self, seen):
+        ours, theirs = self.ours, self.original()
+        seen.update(calls=0, posts=0, nodes=0, equal=True)
+
+        def both(graph, post=False):
+            expected = theirs(graph, post)
+            found = ours(graph, post)
+            seen["calls"] += 1
+            seen["posts"] += bool(post)
+            seen["nodes"] = max(seen["nodes"], len(graph._nodes))
+            seen["equal"] &= found == expected
+            return found
+        return both
+
+
 class Scopes(Check):
     """numba_scopes: the variables each block's scope defines, in order."""
     module = numba_scopes
@@ -279,7 +308,8 @@ class Typing(Check):
 def main():
     kernels = {name: build_kernel(kind, params, dtype, **args) for name, (kind, dtype, args, params) in
                VARIANTS.items()}  # loading a kernel installs the replacements
-    checks = {"lowering": Lowering(), "ssa": Ssa(), "liveness": Liveness(), "scopes": Scopes(), "typing": Typing()}
+    checks = {"lowering": Lowering(), "ssa": Ssa(), "liveness": Liveness(), "scopes": Scopes(), "typing": Typing(),
+              "dominators": Dominators()}
     out = {name: {"installed": check.installed, "source_matches": check.module.original_source_matches(),
                   "variants": {}} for name, check in checks.items()}
     checks = {name: check for name, check in checks.items() if check.installed}

@@ -17,7 +17,8 @@ from test_compile import run_compiler_script
 
 # What each replacement mirrors: the package and version its source guard was written against.
 WRITTEN_FOR = {"lowering": ("numba-cuda", "0.30.4"), "ssa": ("numba-cuda", "0.30.4"),
-               "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1")}
+               "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1"),
+               "dominators": ("numba-cuda", "0.30.4")}
 
 
 def test_every_replacement_gives_the_originals_results_and_ptx():
@@ -34,7 +35,7 @@ def test_every_replacement_gives_the_originals_results_and_ptx():
         if not seen["source_matches"]:
             assert version(package) != written_for, (name, package)
         else:
-            assert len(seen["variants"]) == 6, name
+            assert len(seen["variants"]) == 7, name
             CHECKS[name](seen["variants"], seen["small"])
     assert result["same_ptx"] and all(result["same_ptx"].values()), result["same_ptx"]
 
@@ -65,7 +66,7 @@ def liveness_finds_the_same_live_variables(variants, small):
     for name, seen in variants.items():
         assert seen["calls"] >= 1 and seen["variables"] > 0 and seen["equal"], (name, seen)
     assert max(seen["variables"] for seen in variants.values()) > 1500
-    assert max(seen["blocks"] for seen in variants.values()) > 20  # a graph with loops and branches
+    assert max(seen["blocks"] for seen in variants.values()) > 300  # a graph of guarded edges and loops
 
 
 def scopes_define_the_same_variables(variants, small):
@@ -87,9 +88,16 @@ def typing_answers_as_the_template_search(variants, small):
     assert biggest["questions"] > 1500 and biggest["remembered"] > 0.8 * biggest["questions"]
 
 
+def dominators_are_the_same(variants, small):
+    """Every dominator and post-dominator table the compile asks for: the same sets for the same nodes."""
+    for name, seen in variants.items():
+        assert seen["calls"] >= 2 and seen["posts"] >= 1 and seen["equal"], (name, seen)
+    assert max(seen["nodes"] for seen in variants.values()) > 300
+
+
 CHECKS = {"lowering": lowering_finds_the_same_variables, "ssa": ssa_makes_the_same_ir,
           "liveness": liveness_finds_the_same_live_variables, "scopes": scopes_define_the_same_variables,
-          "typing": typing_answers_as_the_template_search}
+          "typing": typing_answers_as_the_template_search, "dominators": dominators_are_the_same}
 
 
 def test_lowering_install_refuses_a_changed_pass(monkeypatch):
@@ -122,7 +130,8 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
     """AUTOTUNE_NUMBA_PATCH: unset or 1 installs every replacement, 0 none, a list only those named; a name that is
     not a replacement is an error naming the choices, not a silent no-op. The compile path installs what it says
     (stand-in modules record the calls; the simulator check is bypassed)."""
-    from autotune import backend, compiler, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
+    from autotune import (backend, compiler, numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa,
+                          numba_typing)
 
     installed = []
     monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
@@ -130,8 +139,9 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
     monkeypatch.setattr(numba_liveness, "install", lambda: installed.append("liveness"))
     monkeypatch.setattr(numba_scopes, "install", lambda: installed.append("scopes"))
     monkeypatch.setattr(numba_typing, "install", lambda: installed.append("typing"))
+    monkeypatch.setattr(numba_dominators, "install", lambda: installed.append("dominators"))
     monkeypatch.setattr(backend, "simulator", lambda: False)
-    every = ["lowering", "ssa", "liveness", "scopes", "typing"]
+    every = ["lowering", "ssa", "liveness", "scopes", "typing", "dominators"]
     for value, expected in ((None, every), ("1", every), ("0", []), ("ssa", ["ssa"]), (" lowering , ", ["lowering"]),
                             ("ssa,lowering", ["lowering", "ssa"]), ("liveness", ["liveness"])):
         if value is None:
@@ -142,7 +152,7 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
         compiler._speed_up_numba()
         assert installed == expected, value
     monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "ssa,inlining")
-    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa, liveness, scopes, typing"):
+    with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa, liveness, scopes, typing, dominators"):
         compiler.numba_passes_wanted()
 
 
@@ -205,6 +215,31 @@ def test_liveness_install_refuses_a_changed_analysis(monkeypatch):
     assert numba_liveness.install()
     assert analysis.compute_live_map is numba_liveness.compute_live_map is ir_utils.compute_live_map
     assert numba_liveness.compute_live_map.__wrapped__ is original
+
+
+def test_dominators_install_refuses_a_changed_method(monkeypatch):
+    """The guard compares the source of numba-cuda's method; a different hash leaves it in place (checked on a
+    stand-in class, so this process's numba-cuda is not touched)."""
+    from autotune import numba_dominators, numba_guard
+
+    class CFGraph:
+        def _find_dominators_internal(self, post=False):
+            return "numba-cuda"
+
+    original = CFGraph._find_dominators_internal
+    monkeypatch.setattr(numba_dominators, "_cfgraph", lambda: CFGraph)
+    monkeypatch.setattr(numba_dominators, "_state", {"installed": False})
+    monkeypatch.setattr(numba_guard.inspect, "getsource", lambda obj: "def _find_dominators_internal(): changed\n")
+    monkeypatch.setattr(numba_dominators.find_dominators_internal, "__wrapped__", None, raising=False)
+    assert not numba_dominators.original_source_matches()
+    assert not numba_dominators.install()
+    assert CFGraph._find_dominators_internal is original
+
+    monkeypatch.setattr(numba_dominators, "KNOWN_SOURCE_SHA256",
+                        hashlib.sha256(b"def _find_dominators_internal(): changed\n").hexdigest())
+    assert numba_dominators.install()
+    assert CFGraph._find_dominators_internal is numba_dominators.find_dominators_internal
+    assert numba_dominators.find_dominators_internal.__wrapped__ is original
 
 
 def test_scopes_install_refuses_a_changed_function(monkeypatch):
