@@ -273,13 +273,28 @@ class Tuner:
             time.sleep(0.05)
 
     def _enqueue_random_unseen(self) -> bool:
+        """Queue a valid configuration not yet seen: a uniform draw, else a one-step neighbour of a configuration
+        seen (in random order). Uniform draws alone can miss: where few configurations are valid (bfloat16 takes
+        only tensor-core tiles) they land on the strategies without parameters, seen after two trials. False only
+        when neither finds one."""
         for _ in range(1000):
             config = self.space.random_valid(self._rng, dtype=self.problem.dtype, family=self.problem.family)
             if config is None:
-                return False
+                break
             if config_key(config) not in self._seen:
                 self.study.enqueue_trial(study_params(self.space, config))
                 return True
+        return self._enqueue_unseen_neighbour()
+
+    def _enqueue_unseen_neighbour(self) -> bool:
+        seen = [t.user_attrs["config"] for t in self.study.get_trials(deepcopy=False)
+                if "config" in t.user_attrs and config_key(t.user_attrs["config"]) in self._seen]
+        self._rng.shuffle(seen)
+        for config in seen:
+            for neighbour in self.space.neighbours(config, dtype=self.problem.dtype, family=self.problem.family):
+                if config_key(neighbour) not in self._seen and not self._prune_reason(neighbour):
+                    self.study.enqueue_trial(study_params(self.space, neighbour))
+                    return True
         return False
 
     def _prune_reason(self, config: dict[str, Any]) -> str | None:

@@ -97,6 +97,33 @@ def test_the_seed_kernel_is_timed_beside_the_search_and_its_failure_is_said(tmp_
     assert any(line.startswith("baseline {") and "failed" in line for line in lines)
 
 
+def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp_path, monkeypatch):
+    """bfloat16 matmul takes only tensor-core tiles, so uniform draws from the space nearly always land on the two
+    strategies without parameters (here always: the draws are patched to do so). Once those and one tile are seen,
+    the tuner still queues an unseen valid configuration, a neighbour of one seen, instead of ending the search as
+    exhausted, which it did after 15 of 40 trials on the H100."""
+    from autotune.device import DeviceInfo
+    from autotune.space import SearchSpace, config_key
+    from autotune.tuner import suggest
+
+    h100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", cc=(9, 0), sm_count=132, l2_bytes=50 << 20)
+    tuner = Tuner(Problem("matmul", (8192, 128, 8192), "bfloat16", {}), TuneConfig(state_dir=tmp_path, baseline=False),
+                  h100, report=lambda line: None)
+    family = tuner.problem.family
+    tile = next(c for start in tuner.space.starts for c in tuner._start_variants(start) if c["strategy"] == "tiled")
+    seen = [tuner.space.validate({"strategy": name}, dtype="bfloat16", family=family) for name in ("naive", "shared16")]
+    for config in seen + [tile]:
+        trial = tuner.study.ask()
+        trial.set_user_attr("config", config)
+        tuner.study.tell(trial, 1.0)
+        tuner._seen[config_key(config)] = trial.number
+    monkeypatch.setattr(SearchSpace, "random_valid", lambda self, rng, **kw: dict(seen[rng.randrange(2)]))
+    assert tuner._enqueue_random_unseen()
+    config = suggest(tuner.study.ask(), tuner.space, family)
+    assert config["strategy"] == "tiled" and config_key(config) not in tuner._seen
+    assert tuner._prune_reason(config) is None
+
+
 def test_starting_configurations_are_measured_first_where_valid(tmp_path):
     tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
