@@ -11,7 +11,7 @@ import concurrent.futures as cf
 import queue
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 IDLE_POLL_S = 0.5  # how often a waiting GPU thread looks for compiles past their timeout
@@ -24,7 +24,7 @@ class Compiling:
     payload: Any
     future: cf.Future
     deadline: float
-    timed_out: bool = field(default=False)
+    timed_out: bool = False
 
 
 class CompileQueue:
