@@ -52,11 +52,13 @@ def load_source(source: str) -> ModuleType:
 
 
 def _fix_simulator() -> None:
-    """In the simulator, shared arrays allocated under a lock (``simulator_shared``)."""
-    from . import backend, simulator_shared
+    """In the simulator, shared arrays allocated under a lock (``simulator_shared``) and blocks that wait at
+    ``__syncthreads`` instead of spinning (``simulator_barrier``)."""
+    from . import backend, simulator_barrier, simulator_shared
 
     if backend.simulator():
         simulator_shared.install()
+        simulator_barrier.install()
 
 
 NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing", "dominators")
