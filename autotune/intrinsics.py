@@ -137,7 +137,9 @@ def _shared_address(context, builder, arrty, array_value, index):
 def _make_cp_async(nbytes: int):
     """cp_async<nbytes>(dst, i, src, j, valid): copy nbytes from src[j] (global) to dst[i] (shared) without
     passing through registers. Only the first ``valid`` bytes are read; the rest of the destination is zeroed,
-    which pads partial tiles at the matrix edges."""
+    which pads partial tiles at the matrix edges. Where ``valid`` is 0 the source address is src[0], so a copy
+    that reads nothing never points outside the array; the choice is an LLVM select, so a caller spends no
+    branch (and Numba no basic block) on it."""
     cache = "cg" if nbytes == 16 else "ca"  # .cg (L2 only) exists for 16-byte copies alone
 
     @intrinsic
@@ -146,8 +148,10 @@ def _make_cp_async(nbytes: int):
 
         def codegen(context, builder, sig, args):
             dst_addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
-            src_ptr = _element_pointer(context, builder, sig.args[2], args[2], args[3])
             valid_bytes = context.cast(builder, args[4], sig.args[4], types.uint32)
+            reads = builder.icmp_unsigned("!=", valid_bytes, ir.Constant(ir.IntType(32), 0))
+            src_idx = builder.select(reads, args[3], ir.Constant(args[3].type, 0))
+            src_ptr = _element_pointer(context, builder, sig.args[2], args[2], src_idx)
             fnty = ir.FunctionType(ir.VoidType(), [ir.IntType(32), src_ptr.type, ir.IntType(32)])
             asm = ir.InlineAsm(fnty, f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}, $2;", "r,l,r,~{memory}",
                                side_effect=True)

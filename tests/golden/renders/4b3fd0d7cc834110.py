@@ -134,7 +134,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             ai = uint32(ar * lda + ac)
 
             if vec_a:
-                an = min(k_end - ac, 8) if ac < k_end else 0
+                an = min(k_end - ac, 8) * (ac < k_end)
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0] if an > 0 else uint16(0)
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 1] = A[ai + 1] if an > 1 else uint16(0)
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 2] = A[ai + 2] if an > 2 else uint16(0)
@@ -144,21 +144,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 6] = A[ai + 6] if an > 6 else uint16(0)
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 7] = A[ai + 7] if an > 7 else uint16(0)
             else:
-                an = 1 if ac + 0 < k_end else 0
+                an = ac + 0 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 1 < k_end else 0
+                an = ac + 1 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 1 + 0] = A[ai + 1 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 2 < k_end else 0
+                an = ac + 2 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 2 + 0] = A[ai + 2 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 3 < k_end else 0
+                an = ac + 3 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 4 < k_end else 0
+                an = ac + 4 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 4 + 0] = A[ai + 4 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 5 < k_end else 0
+                an = ac + 5 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 5 + 0] = A[ai + 5 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 6 < k_end else 0
+                an = ac + 6 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 6 + 0] = A[ai + 6 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 7 < k_end else 0
+                an = ac + 7 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 7 + 0] = A[ai + 7 + 0] if an > 0 else uint16(0)
 
             blr0 = (tid * 8 + 0) // 128
@@ -168,7 +168,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             bi = uint32(br * ldb + bc)
 
             if vec_b:
-                bn = min(N - bc, 8) if br < k_end and bc < N else 0
+                bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0] if bn > 0 else uint16(0)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 1] = B[bi + 1] if bn > 1 else uint16(0)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 2] = B[bi + 2] if bn > 2 else uint16(0)
@@ -178,21 +178,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 6] = B[bi + 6] if bn > 6 else uint16(0)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 7] = B[bi + 7] if bn > 7 else uint16(0)
             else:
-                bn = 1 if br < k_end and bc + 0 < N else 0
+                bn = (br < k_end) & (bc + 0 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 1 < N else 0
+                bn = (br < k_end) & (bc + 1 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 2 < N else 0
+                bn = (br < k_end) & (bc + 2 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 3 < N else 0
+                bn = (br < k_end) & (bc + 3 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 4 < N else 0
+                bn = (br < k_end) & (bc + 4 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 5 < N else 0
+                bn = (br < k_end) & (bc + 5 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 6 < N else 0
+                bn = (br < k_end) & (bc + 6 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 7 < N else 0
+                bn = (br < k_end) & (bc + 7 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
             blr1 = (tid * 8 + 2048) // 128
             blc1 = (tid * 8 + 2048) % 128
@@ -201,7 +201,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             bi = uint32(br * ldb + bc)
 
             if vec_b:
-                bn = min(N - bc, 8) if br < k_end and bc < N else 0
+                bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0] if bn > 0 else uint16(0)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 1] = B[bi + 1] if bn > 1 else uint16(0)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 2] = B[bi + 2] if bn > 2 else uint16(0)
@@ -211,21 +211,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 6] = B[bi + 6] if bn > 6 else uint16(0)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 7] = B[bi + 7] if bn > 7 else uint16(0)
             else:
-                bn = 1 if br < k_end and bc + 0 < N else 0
+                bn = (br < k_end) & (bc + 0 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 1 < N else 0
+                bn = (br < k_end) & (bc + 1 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 2 < N else 0
+                bn = (br < k_end) & (bc + 2 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 3 < N else 0
+                bn = (br < k_end) & (bc + 3 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 4 < N else 0
+                bn = (br < k_end) & (bc + 4 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 5 < N else 0
+                bn = (br < k_end) & (bc + 5 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 6 < N else 0
+                bn = (br < k_end) & (bc + 6 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 7 < N else 0
+                bn = (br < k_end) & (bc + 7 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
 
         pass
@@ -288,7 +288,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 ai = uint32(ar * lda + ac)
 
                 if vec_a:
-                    an = min(k_end - ac, 8) if ac < k_end else 0
+                    an = min(k_end - ac, 8) * (ac < k_end)
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0] if an > 0 else uint16(0)
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 1] = A[ai + 1] if an > 1 else uint16(0)
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 2] = A[ai + 2] if an > 2 else uint16(0)
@@ -298,21 +298,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 6] = A[ai + 6] if an > 6 else uint16(0)
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 7] = A[ai + 7] if an > 7 else uint16(0)
                 else:
-                    an = 1 if ac + 0 < k_end else 0
+                    an = ac + 0 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 1 < k_end else 0
+                    an = ac + 1 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 1 + 0] = A[ai + 1 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 2 < k_end else 0
+                    an = ac + 2 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 2 + 0] = A[ai + 2 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 3 < k_end else 0
+                    an = ac + 3 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 4 < k_end else 0
+                    an = ac + 4 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 4 + 0] = A[ai + 4 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 5 < k_end else 0
+                    an = ac + 5 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 5 + 0] = A[ai + 5 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 6 < k_end else 0
+                    an = ac + 6 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 6 + 0] = A[ai + 6 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 7 < k_end else 0
+                    an = ac + 7 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 7 + 0] = A[ai + 7 + 0] if an > 0 else uint16(0)
 
                 blr0 = (tid * 8 + 0) // 128
@@ -322,7 +322,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 bi = uint32(br * ldb + bc)
 
                 if vec_b:
-                    bn = min(N - bc, 8) if br < k_end and bc < N else 0
+                    bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0] if bn > 0 else uint16(0)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 1] = B[bi + 1] if bn > 1 else uint16(0)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 2] = B[bi + 2] if bn > 2 else uint16(0)
@@ -332,21 +332,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 6] = B[bi + 6] if bn > 6 else uint16(0)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 7] = B[bi + 7] if bn > 7 else uint16(0)
                 else:
-                    bn = 1 if br < k_end and bc + 0 < N else 0
+                    bn = (br < k_end) & (bc + 0 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 1 < N else 0
+                    bn = (br < k_end) & (bc + 1 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 2 < N else 0
+                    bn = (br < k_end) & (bc + 2 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 3 < N else 0
+                    bn = (br < k_end) & (bc + 3 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 4 < N else 0
+                    bn = (br < k_end) & (bc + 4 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 5 < N else 0
+                    bn = (br < k_end) & (bc + 5 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 6 < N else 0
+                    bn = (br < k_end) & (bc + 6 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 7 < N else 0
+                    bn = (br < k_end) & (bc + 7 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
                 blr1 = (tid * 8 + 2048) // 128
                 blc1 = (tid * 8 + 2048) % 128
@@ -355,7 +355,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 bi = uint32(br * ldb + bc)
 
                 if vec_b:
-                    bn = min(N - bc, 8) if br < k_end and bc < N else 0
+                    bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0] if bn > 0 else uint16(0)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 1] = B[bi + 1] if bn > 1 else uint16(0)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 2] = B[bi + 2] if bn > 2 else uint16(0)
@@ -365,21 +365,21 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 6] = B[bi + 6] if bn > 6 else uint16(0)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 7] = B[bi + 7] if bn > 7 else uint16(0)
                 else:
-                    bn = 1 if br < k_end and bc + 0 < N else 0
+                    bn = (br < k_end) & (bc + 0 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 1 < N else 0
+                    bn = (br < k_end) & (bc + 1 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 2 < N else 0
+                    bn = (br < k_end) & (bc + 2 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 3 < N else 0
+                    bn = (br < k_end) & (bc + 3 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 4 < N else 0
+                    bn = (br < k_end) & (bc + 4 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 5 < N else 0
+                    bn = (br < k_end) & (bc + 5 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 6 < N else 0
+                    bn = (br < k_end) & (bc + 6 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 7 < N else 0
+                    bn = (br < k_end) & (bc + 7 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
         pass
         for kb in range(0, 32, 16):

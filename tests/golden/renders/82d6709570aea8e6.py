@@ -61,24 +61,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             ai = uint32(ar * lda + ac)
 
             if vec_a:
-                an = min(k_end - ac, 8) if ac < k_end else 0
-                cp_async16(As, t * 2560 + (alr0) * 40 + alc0 + 0, A, ai if an > 0 else 0, an * 2)
+                an = min(k_end - ac, 8) * (ac < k_end)
+                cp_async16(As, t * 2560 + (alr0) * 40 + alc0 + 0, A, ai, an * 2)
             else:
-                an = 1 if ac + 0 < k_end else 0
+                an = ac + 0 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 1 < k_end else 0
+                an = ac + 1 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 1 + 0] = A[ai + 1 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 2 < k_end else 0
+                an = ac + 2 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 2 + 0] = A[ai + 2 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 3 < k_end else 0
+                an = ac + 3 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 4 < k_end else 0
+                an = ac + 4 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 4 + 0] = A[ai + 4 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 5 < k_end else 0
+                an = ac + 5 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 5 + 0] = A[ai + 5 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 6 < k_end else 0
+                an = ac + 6 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 6 + 0] = A[ai + 6 + 0] if an > 0 else uint16(0)
-                an = 1 if ac + 7 < k_end else 0
+                an = ac + 7 < k_end
                 As[t * 2560 + (alr0) * 40 + alc0 + 7 + 0] = A[ai + 7 + 0] if an > 0 else uint16(0)
 
             blr0 = (tid * 8 + 0) // 128
@@ -88,24 +88,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             bi = uint32(br * ldb + bc)
 
             if vec_b:
-                bn = min(N - bc, 8) if br < k_end and bc < N else 0
-                cp_async16(Bs, t * 4352 + blr0 * 136 + blc0 + 0, B, bi if bn > 0 else 0, bn * 2)
+                bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
+                cp_async16(Bs, t * 4352 + blr0 * 136 + blc0 + 0, B, bi, bn * 2)
             else:
-                bn = 1 if br < k_end and bc + 0 < N else 0
+                bn = (br < k_end) & (bc + 0 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 1 < N else 0
+                bn = (br < k_end) & (bc + 1 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 2 < N else 0
+                bn = (br < k_end) & (bc + 2 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 3 < N else 0
+                bn = (br < k_end) & (bc + 3 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 4 < N else 0
+                bn = (br < k_end) & (bc + 4 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 5 < N else 0
+                bn = (br < k_end) & (bc + 5 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 6 < N else 0
+                bn = (br < k_end) & (bc + 6 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 7 < N else 0
+                bn = (br < k_end) & (bc + 7 < N)
                 Bs[t * 4352 + blr0 * 136 + blc0 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
             blr1 = (tid * 8 + 2048) // 128
             blc1 = (tid * 8 + 2048) % 128
@@ -114,24 +114,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             bi = uint32(br * ldb + bc)
 
             if vec_b:
-                bn = min(N - bc, 8) if br < k_end and bc < N else 0
-                cp_async16(Bs, t * 4352 + blr1 * 136 + blc1 + 0, B, bi if bn > 0 else 0, bn * 2)
+                bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
+                cp_async16(Bs, t * 4352 + blr1 * 136 + blc1 + 0, B, bi, bn * 2)
             else:
-                bn = 1 if br < k_end and bc + 0 < N else 0
+                bn = (br < k_end) & (bc + 0 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 1 < N else 0
+                bn = (br < k_end) & (bc + 1 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 2 < N else 0
+                bn = (br < k_end) & (bc + 2 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 3 < N else 0
+                bn = (br < k_end) & (bc + 3 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 4 < N else 0
+                bn = (br < k_end) & (bc + 4 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 5 < N else 0
+                bn = (br < k_end) & (bc + 5 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 6 < N else 0
+                bn = (br < k_end) & (bc + 6 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                bn = 1 if br < k_end and bc + 7 < N else 0
+                bn = (br < k_end) & (bc + 7 < N)
                 Bs[t * 4352 + blr1 * 136 + blc1 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
 
         cp_async_commit()
@@ -149,7 +149,7 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 ac = k_begin + (t + 3) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
-                cp_async16(As, fill * 2560 + (alr0) * 40 + alc0 + 0, A, ai if 8 > 0 else 0, 8 * 2)
+                cp_async16(As, fill * 2560 + (alr0) * 40 + alc0 + 0, A, ai, 8 * 2)
 
                 blr0 = (tid * 8 + 0) // 128
                 blc0 = (tid * 8 + 0) % 128
@@ -157,14 +157,14 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 bc = min(col0 + blc0, b_last)
                 bi = uint32(br * ldb + bc)
 
-                cp_async16(Bs, fill * 4352 + blr0 * 136 + blc0 + 0, B, bi if 8 > 0 else 0, 8 * 2)
+                cp_async16(Bs, fill * 4352 + blr0 * 136 + blc0 + 0, B, bi, 8 * 2)
                 blr1 = (tid * 8 + 2048) // 128
                 blc1 = (tid * 8 + 2048) % 128
                 br = k_begin + (t + 3) * 32 + blr1
                 bc = min(col0 + blc1, b_last)
                 bi = uint32(br * ldb + bc)
 
-                cp_async16(Bs, fill * 4352 + blr1 * 136 + blc1 + 0, B, bi if 8 > 0 else 0, 8 * 2)
+                cp_async16(Bs, fill * 4352 + blr1 * 136 + blc1 + 0, B, bi, 8 * 2)
             else:
                 alr0 = (tid * 8 + 0) // 32
                 alc0 = (tid * 8 + 0) % 32
@@ -173,24 +173,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 ai = uint32(ar * lda + ac)
 
                 if vec_a:
-                    an = min(k_end - ac, 8) if ac < k_end else 0
-                    cp_async16(As, fill * 2560 + (alr0) * 40 + alc0 + 0, A, ai if an > 0 else 0, an * 2)
+                    an = min(k_end - ac, 8) * (ac < k_end)
+                    cp_async16(As, fill * 2560 + (alr0) * 40 + alc0 + 0, A, ai, an * 2)
                 else:
-                    an = 1 if ac + 0 < k_end else 0
+                    an = ac + 0 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 0 + 0] = A[ai + 0 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 1 < k_end else 0
+                    an = ac + 1 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 1 + 0] = A[ai + 1 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 2 < k_end else 0
+                    an = ac + 2 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 2 + 0] = A[ai + 2 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 3 < k_end else 0
+                    an = ac + 3 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 4 < k_end else 0
+                    an = ac + 4 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 4 + 0] = A[ai + 4 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 5 < k_end else 0
+                    an = ac + 5 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 5 + 0] = A[ai + 5 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 6 < k_end else 0
+                    an = ac + 6 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 6 + 0] = A[ai + 6 + 0] if an > 0 else uint16(0)
-                    an = 1 if ac + 7 < k_end else 0
+                    an = ac + 7 < k_end
                     As[fill * 2560 + (alr0) * 40 + alc0 + 7 + 0] = A[ai + 7 + 0] if an > 0 else uint16(0)
 
                 blr0 = (tid * 8 + 0) // 128
@@ -200,24 +200,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 bi = uint32(br * ldb + bc)
 
                 if vec_b:
-                    bn = min(N - bc, 8) if br < k_end and bc < N else 0
-                    cp_async16(Bs, fill * 4352 + blr0 * 136 + blc0 + 0, B, bi if bn > 0 else 0, bn * 2)
+                    bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
+                    cp_async16(Bs, fill * 4352 + blr0 * 136 + blc0 + 0, B, bi, bn * 2)
                 else:
-                    bn = 1 if br < k_end and bc + 0 < N else 0
+                    bn = (br < k_end) & (bc + 0 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 1 < N else 0
+                    bn = (br < k_end) & (bc + 1 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 2 < N else 0
+                    bn = (br < k_end) & (bc + 2 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 3 < N else 0
+                    bn = (br < k_end) & (bc + 3 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 4 < N else 0
+                    bn = (br < k_end) & (bc + 4 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 5 < N else 0
+                    bn = (br < k_end) & (bc + 5 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 6 < N else 0
+                    bn = (br < k_end) & (bc + 6 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 7 < N else 0
+                    bn = (br < k_end) & (bc + 7 < N)
                     Bs[fill * 4352 + blr0 * 136 + blc0 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
                 blr1 = (tid * 8 + 2048) // 128
                 blc1 = (tid * 8 + 2048) % 128
@@ -226,24 +226,24 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 bi = uint32(br * ldb + bc)
 
                 if vec_b:
-                    bn = min(N - bc, 8) if br < k_end and bc < N else 0
-                    cp_async16(Bs, fill * 4352 + blr1 * 136 + blc1 + 0, B, bi if bn > 0 else 0, bn * 2)
+                    bn = min(N - bc, 8) * ((br < k_end) & (bc < N))
+                    cp_async16(Bs, fill * 4352 + blr1 * 136 + blc1 + 0, B, bi, bn * 2)
                 else:
-                    bn = 1 if br < k_end and bc + 0 < N else 0
+                    bn = (br < k_end) & (bc + 0 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 1 < N else 0
+                    bn = (br < k_end) & (bc + 1 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 1 + 0] = B[bi + 1 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 2 < N else 0
+                    bn = (br < k_end) & (bc + 2 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 2 + 0] = B[bi + 2 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 3 < N else 0
+                    bn = (br < k_end) & (bc + 3 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 3 + 0] = B[bi + 3 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 4 < N else 0
+                    bn = (br < k_end) & (bc + 4 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 4 + 0] = B[bi + 4 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 5 < N else 0
+                    bn = (br < k_end) & (bc + 5 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 5 + 0] = B[bi + 5 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 6 < N else 0
+                    bn = (br < k_end) & (bc + 6 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 6 + 0] = B[bi + 6 + 0] if bn > 0 else uint16(0)
-                    bn = 1 if br < k_end and bc + 7 < N else 0
+                    bn = (br < k_end) & (bc + 7 < N)
                     Bs[fill * 4352 + blr1 * 136 + blc1 + 7 + 0] = B[bi + 7 + 0] if bn > 0 else uint16(0)
         cp_async_commit()
         for kb in range(0, 32, 16):
