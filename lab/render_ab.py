@@ -2,7 +2,8 @@
 
     python lab/render_ab.py --export REV DIR          # on a machine with the git history: save REV's golden renders
     python lab/render_ab.py --save-current DIR        # save the current templates' renders of the committed winners
-    python lab/render_ab.py --before DIR [--candidate NAME=DIR ...] [--entries PREFIX] [--rounds 3] [--out FILE.md]
+    python lab/render_ab.py --before DIR [--candidate NAME=DIR ...] [--entries PREFIX[,PREFIX...]] [--rounds 3]
+                            [--out FILE.md]
     python lab/render_ab.py --nan-cost [--out FILE.md]  # max/min against nanmax/nanmin, same configuration
 
 For each distinct configuration of this GPU model's committed entries, both versions are compiled ahead in
@@ -65,7 +66,7 @@ def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, o
     found, seen = [], set()
     for e in load_file(path, strict=True).entries:
         p = e.problem
-        if not p.key.startswith(prefix) or (nan_cost and p.family.get("op") not in ("max", "min")):
+        if not any(p.key.startswith(one) for one in prefix.split(",")) or (nan_cost and p.family.get("op") not in ("max", "min")):
             continue
         config = (p.kind, p.dtype, repr(sorted(p.family.items(), key=str)), repr(sorted(e.params.items())))
         if config in seen:

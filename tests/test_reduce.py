@@ -225,6 +225,28 @@ def test_max_and_min_propagate_nan_in_every_strategy(op, axis, params, rng):
     np.testing.assert_array_equal(k(x), getattr(np, op)(x, axis=axis))  # NaN where NumPy has NaN
 
 
+@pytest.mark.parametrize("dtype, vec", [("float32", 2), ("float32", 4), ("float16", 8)])
+@pytest.mark.parametrize("axis, shape", [(0, (77, 40)), (-2, (3, 77, 40))])
+def test_down_columns_with_vectors_and_items_in_flight(dtype, vec, axis, shape, rng):
+    """Down columns with whole vectors (the row length a multiple of VEC) and ITEMS rows in flight: rows that
+    leave a remainder after the last whole group of ITEMS, columns that leave the last threads of the column range
+    outside, one and two row splits; sums of integer data exact, max exact with a NaN planted in one column."""
+    from autotune.dtypes import numpy_dtype
+
+    reduced = 0 if axis == 0 else 1
+    for split in (1, 2):
+        params = {"BLOCK": 64, "BX": 32, "VEC": vec, "ITEMS": 4, "ROW_SPLIT": split}
+        for op in ("sum", "max"):
+            k = build_kernel("reduce", params, dtype, op=op, axis=axis)
+            x = rng.integers(-50, 51, size=shape).astype(numpy_dtype(dtype))
+            if op == "max":
+                np.moveaxis(x, reduced, -1)[..., int(rng.integers(1, shape[-1])), int(rng.integers(shape[reduced]))] = np.nan
+            expected = getattr(np, op)(x.astype(np.float64), axis=reduced)
+            out = cuda.to_device(np.full(expected.shape, np.nan, x.dtype))
+            k(cuda.to_device(x), out=out)
+            np.testing.assert_array_equal(out.copy_to_host(), expected.astype(x.dtype), err_msg=f"{op} {params}")
+
+
 @pytest.mark.parametrize("mode", ["lanes16", "lanes8", "lanes4"])
 def test_rows_shared_by_lanes_of_a_warp_match_numpy_on_odd_shapes(mode, rng):
     """A few lanes per row (short rows): rows shorter than one lane's vector, longer than a whole pass of the

@@ -25,10 +25,26 @@ def reduce_cols(X, M, N, out, rows_per_split, vec_ok):
     acc3_0 = IDENTITY
     acc3_1 = IDENTITY
     r = r_begin + ty
+    whole = vec_ok and col + 2 <= N
     while r < r_end:
+        if whole and r + 48 < r_end:
+            x0_0, x0_1 = vload2(X, (r + 0) * N + col)
+            x1_0, x1_1 = vload2(X, (r + 16) * N + col)
+            x2_0, x2_1 = vload2(X, (r + 32) * N + col)
+            x3_0, x3_1 = vload2(X, (r + 48) * N + col)
+            acc0_0 = acc0_0 + x0_0
+            acc0_1 = acc0_1 + x0_1
+            acc1_0 = acc1_0 + x1_0
+            acc1_1 = acc1_1 + x1_1
+            acc2_0 = acc2_0 + x2_0
+            acc2_1 = acc2_1 + x2_1
+            acc3_0 = acc3_0 + x3_0
+            acc3_1 = acc3_1 + x3_1
+            r += 64
+            continue
         rr = r + 0
         if rr < r_end:
-            if vec_ok and col + 2 <= N:
+            if whole:
                 x0, x1 = vload2(X, rr * N + col)
                 acc0_0 = acc0_0 + x0
                 acc0_1 = acc0_1 + x1
@@ -39,7 +55,7 @@ def reduce_cols(X, M, N, out, rows_per_split, vec_ok):
                     acc0_1 = acc0_1 + X[rr * N + col + 1]
         rr = r + 16
         if rr < r_end:
-            if vec_ok and col + 2 <= N:
+            if whole:
                 x0, x1 = vload2(X, rr * N + col)
                 acc1_0 = acc1_0 + x0
                 acc1_1 = acc1_1 + x1
@@ -50,7 +66,7 @@ def reduce_cols(X, M, N, out, rows_per_split, vec_ok):
                     acc1_1 = acc1_1 + X[rr * N + col + 1]
         rr = r + 32
         if rr < r_end:
-            if vec_ok and col + 2 <= N:
+            if whole:
                 x0, x1 = vload2(X, rr * N + col)
                 acc2_0 = acc2_0 + x0
                 acc2_1 = acc2_1 + x1
@@ -61,7 +77,7 @@ def reduce_cols(X, M, N, out, rows_per_split, vec_ok):
                     acc2_1 = acc2_1 + X[rr * N + col + 1]
         rr = r + 48
         if rr < r_end:
-            if vec_ok and col + 2 <= N:
+            if whole:
                 x0, x1 = vload2(X, rr * N + col)
                 acc3_0 = acc3_0 + x0
                 acc3_1 = acc3_1 + x1
