@@ -66,7 +66,8 @@ def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, o
     found, seen = [], set()
     for e in load_file(path, strict=True).entries:
         p = e.problem
-        if not any(p.key.startswith(one) for one in prefix.split(",")) or (nan_cost and p.family.get("op") not in ("max", "min")):
+        wanted = any(p.key.startswith(one) for one in prefix.split(","))
+        if not wanted or (nan_cost and p.family.get("op") not in ("max", "min")):
             continue
         config = (p.kind, p.dtype, repr(sorted(p.family.items(), key=str)), repr(sorted(e.params.items())))
         if config in seen:

@@ -240,7 +240,8 @@ def test_down_columns_with_vectors_and_items_in_flight(dtype, vec, axis, shape, 
             k = build_kernel("reduce", params, dtype, op=op, axis=axis)
             x = rng.integers(-50, 51, size=shape).astype(numpy_dtype(dtype))
             if op == "max":
-                np.moveaxis(x, reduced, -1)[..., int(rng.integers(1, shape[-1])), int(rng.integers(shape[reduced]))] = np.nan
+                column, row = int(rng.integers(1, shape[-1])), int(rng.integers(shape[reduced]))
+                np.moveaxis(x, reduced, -1)[..., column, row] = np.nan
             expected = getattr(np, op)(x.astype(np.float64), axis=reduced)
             out = cuda.to_device(np.full(expected.shape, np.nan, x.dtype))
             k(cuda.to_device(x), out=out)
