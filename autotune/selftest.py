@@ -158,13 +158,25 @@ class CompileTimeout(BaseException):
     """A compile stopped at its time limit."""
 
 
+_interrupted = {"numba": False}
+
+
 def compile_within(job, timeout_s: float):
     """``evaluate.compile_variant`` in a compile process, stopped by an alarm after ``timeout_s`` (the process
-    goes on to its next job)."""
+    goes on to its next job).
+
+    The alarm stops Numba wherever it is, which can leave its state half-changed: a later compile in the same
+    process then failed ("generator raised StopIteration"), and the selftest named a variant that compiles as
+    failing. So once a compile was stopped here, this process compiles each later job in a fresh process."""
     import signal
 
     from .evaluate import compile_variant
     from .records import CompileResult
+    from .worker import CompilePool
+
+    if _interrupted["numba"]:
+        with CompilePool(1) as pool:
+            return pool.submit(compile_within, job, timeout_s).result()
 
     def stop(signum, frame):
         raise CompileTimeout  # not an Exception: compile_variant and Numba catch those
@@ -174,6 +186,7 @@ def compile_within(job, timeout_s: float):
     try:
         return compile_variant(job)
     except CompileTimeout:
+        _interrupted["numba"] = True
         return CompileResult(ok=False, stage="timeout", reason=f"compile took longer than {timeout_s:.0f} s")
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)

@@ -188,6 +188,24 @@ def test_selftest_names_and_skips_a_variant_whose_compile_runs_past_the_limit():
     assert "1 skipped (not checked)" in out.getvalue() and "COMPILE FAIL" not in out.getvalue()
 
 
+def test_after_a_stopped_compile_the_next_ones_run_in_a_fresh_process(monkeypatch):
+    """A compile stopped by the selftest's alarm may leave Numba half-changed in its process (in CI a later
+    compile there failed with "generator raised StopIteration"), so the jobs after it compile in a fresh process:
+    here this process's compile_variant is broken, and the job compiles all the same."""
+    from autotune import evaluate, selftest
+    from autotune.problem import Problem
+    from autotune.records import job_for
+
+    def broken(job):
+        raise AssertionError("compiled in the process whose compile was stopped")
+
+    monkeypatch.setattr(evaluate, "compile_variant", broken)
+    monkeypatch.setitem(selftest._interrupted, "numba", True)
+    job = job_for(Problem("reduce", (31,), "float32", {"op": "max", "axis": None}), {"BLOCK": 64})
+    report = selftest.compile_within(job, 60.0)
+    assert report.ok, report
+
+
 def test_a_time_limit_is_shared_among_the_shapes_left(tmp_path, monkeypatch):
     """Each shape may take the time left over the shapes left (the first of several twice that: it compiles the
     starts cold), so one that ends early leaves its time to the rest; the standard suite on a GPU has a limit
