@@ -23,8 +23,11 @@ _WHERE = {**{name: "families.functions" for name in FUNCTIONS},
 
 
 def __getattr__(name):
+    """The public names, imported at first use and then kept here (so that a call like ``autotune.sum(x)`` in a
+    loop finds ``sum`` as a plain attribute, not through this function)."""
     if name in _WHERE:
         import importlib
 
-        return getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        value = globals()[name] = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+        return value
     raise AttributeError(name)

@@ -97,6 +97,9 @@ def check_dtype(d, name: str, dtype: str, supported: tuple[str, ...] = ()) -> No
 
 
 def device_pointer(d) -> int:
+    numba_pointer = getattr(d, "device_ctypes_pointer", None)  # a Numba array's, without building its interface
+    if numba_pointer is not None:
+        return numba_pointer.value or 0
     interface = getattr(d, "__cuda_array_interface__", None) or d.__array_interface__  # the latter: simulator
     return interface["data"][0]
 

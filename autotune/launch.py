@@ -20,10 +20,11 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import arrays
+from . import arrays, result_pool
 from .streams import stream_key
 
 MAX_PLANS = 32
+MAX_MOVES = 8  # moved launches kept per kept plan (Written.replay)
 SIMULATOR_SWITCH_S = 5e-4  # seconds; 1e-4 to 1e-3 measured alike, the default 5e-3 3-5x slower
 DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
@@ -57,8 +58,11 @@ class Plan:
         arrays rather than pointers (the simulator's launches, a copy between arrays)."""
         if not self.movable:
             return None
-        delta = arrays.device_pointer(new) - old_pointer
-        return Plan([step.moved(old_pointer, old_pointer + nbytes, delta) for step in self._steps], new)
+        return Plan(self._moved_steps(old_pointer, nbytes, arrays.device_pointer(new)), new)
+
+    def _moved_steps(self, old_pointer: int, nbytes: int, new_pointer: int) -> list[Callable[[], Any]]:
+        delta = new_pointer - old_pointer
+        return [step.moved(old_pointer, old_pointer + nbytes, delta) for step in self._steps]
 
     @property
     def movable(self) -> bool:
@@ -77,21 +81,31 @@ class Written:
     shape: tuple[int, ...]
     dtype: str
     order: str
+    context: Any = None  # the Numba context the output was made in (None: look up the current one)
+    moves: dict = dataclasses.field(default_factory=dict, compare=False, repr=False)  # new pointer -> steps
 
     @classmethod
     def of(cls, d) -> "Written":
         order = "C" if arrays.is_c_contiguous(d) else "F"
-        return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order)
+        return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order,
+                   result_pool.context_of(d))
 
-    def new(self):
-        from numba import cuda
+    def new(self, stream=0):
+        return result_pool.empty(self.shape, self.dtype, self.order, stream, self.context)
 
-        return cuda.device_array(self.shape, dtype=self.dtype, order=self.order)
-
-    def replay(self, plan: Plan):
-        """``plan``, which wrote this output, run onto a new array; the new array."""
-        new = self.new()
-        plan.moved(self.pointer, self.nbytes, new)()
+    def replay(self, plan: Plan, stream=0):
+        """``plan``, which wrote this output on ``stream``, run onto a new array; the new array. The moved
+        launches are kept per new pointer (not the array, which would keep its block from the result pool): a
+        result dropped before the next call hands its block to that call, so repeated calls move nothing."""
+        new = self.new(stream)
+        pointer = arrays.device_pointer(new)
+        steps = self.moves.get(pointer)
+        if steps is None:
+            if len(self.moves) >= MAX_MOVES:
+                self.moves.clear()
+            steps = self.moves[pointer] = plan._moved_steps(self.pointer, self.nbytes, pointer)
+        for step in steps:
+            step()
         return new
 
 
@@ -116,7 +130,7 @@ class PackedLaunch:
         for i in self.pointers:
             if lo <= packed[i] < hi:
                 packed[i] += delta
-        return dataclasses.replace(self, packed=tuple(packed))
+        return PackedLaunch(self.launch, self.stream, self.config, self.function, tuple(packed), self.pointers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -244,14 +258,13 @@ class Planned:
             configured(*args)
 
     @staticmethod
-    def _scratch_for(out, *inputs):
-        """Where a call computes: ``out`` itself, or a fresh array like it when ``out`` shares memory with an input
-        (NumPy's result for ``out=`` aliasing an input; a kernel writing ``out`` would read its own results)."""
+    def _scratch_for(out, *inputs, stream=0):
+        """Where a call on ``stream`` computes: ``out`` itself, or a fresh array like it when ``out`` shares memory
+        with an input (NumPy's result for ``out=`` aliasing an input; a kernel writing ``out`` would read its own
+        results)."""
         if not arrays.overlaps(out, *inputs):
             return out
-        from numba import cuda
-
-        return cuda.device_array(out.shape, dtype=out.dtype)
+        return result_pool.empty(tuple(out.shape), out.dtype, "C", stream)
 
     def _into(self, out, target, run: Callable[[], None], stream=0) -> None:
         """``run()``, which writes ``target``, then ``target`` copied into ``out`` (on ``stream``) where they
@@ -278,7 +291,7 @@ class Planned:
         ``out=``; None where there is none."""
         key = _new_output_key(inputs, stream)
         kept = self.__dict__.get("_plans", {}).get(key) if key is not None else None
-        return None if kept is None else kept[1].replay(kept[0])
+        return None if kept is None else kept[1].replay(kept[0], stream)
 
     def _run_new(self, inputs: tuple, prepared: tuple, stream):
         """Run a checked call that makes a new output (``prepared``: ``_prepare``'s result) and return the output;

@@ -2,6 +2,7 @@
 honoured, host time per call, and (outer, R, inner) reductions against CuPy and PyTorch.
 
     python lab/functions_gpu.py [--quick] [--dtypes-only] [--bfloat16-only] [--half-bench] [--host-only]
+        [--allocator-rounds N]
     (needs CuPy and PyTorch)
 
 1. Checks: every function on 1-D to 4-D arrays, every axis, keepdims, transposed views, NaN data, fresh and
@@ -12,7 +13,8 @@ honoured, host time per call, and (outer, R, inner) reductions against CuPy and 
    without ``stream=`` shows whether it races (it runs on the legacy default stream, which a non-blocking
    stream does not wait for).
 3. Host microseconds per call on device arrays, synchronised every 200 calls: a 2^20 sum and a 1024^3 matmul,
-   against cupy.sum / torch.sum and cupy.matmul / torch.matmul.
+   against cupy.sum / torch.sum and cupy.matmul / torch.matmul; ``--allocator-rounds N``: N rounds alternating
+   autotune's result pool with Numba's ``cuda.device_array`` for new outputs (medians).
 4. GPU time (CUDA events, L2 flushed, median) of reductions along each axis of 3-D shapes and of 65536x256
    along axis 1, against cupy.sum and torch.sum.
 5. int32, int64 and float16 reductions (``--dtypes-only``: this part alone): checked against NumPy's own result
@@ -174,11 +176,33 @@ def host_times(rng) -> list[tuple[str, float]]:
             ("torch.matmul(tA, tA), 1024^3", per_call_us(lambda: torch.matmul(tA, tA), 500))]
 
 
-def print_host_times(rng) -> None:
-    host = host_times(rng)
-    print("\n| call (device arrays) | host us per call |\n| --- | --- |")
-    for name, us in host:
-        print(f"| {name} | {us:.1f} |")
+def numba_allocated(shape, dtype, order="C", stream=0, context=None):
+    """What result_pool.empty replaced: a new cuda.device_array per result."""
+    return cuda.device_array(tuple(shape), dtype=dtype, order=order)
+
+
+def print_host_times(rng, rounds: int = 1) -> None:
+    """Part 3; with ``rounds`` > 1, alternately with autotune's result pool and with Numba's allocator (the
+    median of the rounds each)."""
+    from autotune import result_pool
+
+    pooled, numba = [], []
+    for _ in range(rounds):
+        pooled.append(host_times(rng))
+        if rounds > 1:
+            saved, result_pool.empty = result_pool.empty, numba_allocated
+            try:
+                numba.append(host_times(rng))
+            finally:
+                result_pool.empty = saved
+    if numba:
+        print("\n| call (device arrays) | host us per call | with Numba's allocator |\n| --- | --- | --- |")
+    else:
+        print("\n| call (device arrays) | host us per call |\n| --- | --- |")
+    for i, (name, _) in enumerate(pooled[0]):
+        us = np.median([r[i][1] for r in pooled])
+        other = f" {np.median([r[i][1] for r in numba]):.1f} |" if numba else ""
+        print(f"| {name} | {us:.1f} |{other}")
 
 
 def axis_bench(rng) -> list[tuple]:
@@ -360,6 +384,9 @@ def main() -> int:
                         help="only the float16 and bfloat16 sums against torch.sum (part 6's timing, both dtypes)")
     parser.add_argument("--host-only", action="store_true", help="only the new-output checks and part 3")
     parser.add_argument("--axis-only", action="store_true", help="only part 4: reductions along an axis")
+    parser.add_argument("--allocator-rounds", type=int, default=1,
+                        help="part 3 this many times with the result pool, and as many with Numba's allocator "
+                             "(alternating)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     warnings.simplefilter("ignore", autotune.TunedKernelWarning)
@@ -378,11 +405,11 @@ def main() -> int:
         failures += check_reductions(rng, args.quick) + check_matmul(rng)
     print(f"checks: {len(failures)} failures {failures[:10]} ({time.time() - t0:.0f} s)", flush=True)
     if args.host_only:
-        print_host_times(rng)
+        print_host_times(rng, args.allocator_rounds)
         return 1 if failures else 0
     race = stream_race(args.iterations)
     print(f"stream test, wrong results of {args.iterations}: {race}", flush=True)
-    print_host_times(rng)
+    print_host_times(rng, args.allocator_rounds)
     print_axis_bench(rng)
     failures += print_narrow(rng)
     return 1 if failures or race["stream="] else 0

@@ -411,6 +411,37 @@ def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_m
     assert functions._Replay(other, (x, None), None, 0).result() is None
 
 
+def test_the_public_functions_are_kept_as_attributes_of_the_package_after_first_use():
+    import autotune
+    from autotune.families import functions as module
+
+    for name in autotune.FUNCTIONS:
+        assert getattr(autotune, name) is getattr(module, name)
+        assert vars(autotune)[name] is getattr(module, name)  # later lookups skip the module's __getattr__
+
+
+def test_replays_onto_a_block_seen_before_reuse_its_moved_launches(monkeypatch):
+    """The result pool hands a dropped result's block to the next call: the launches moved onto it are kept per
+    pointer (at most MAX_MOVES), and each replay launches with its own output's pointer."""
+    from autotune import launch as launch_module, result_pool
+
+    log = []
+    plan = Plan([_logged_launch(log)], None)
+    written = launch_module.Written(8192, 16, (4,), "float32", "C")
+    pointers = [20480, 30720, 20480] + [40960 + 1024 * i for i in range(launch_module.MAX_MOVES)]
+    blocks = iter([_Interfaced(p) for p in pointers])
+    monkeypatch.setattr(result_pool, "empty", lambda *args: next(blocks))
+    results = [written.replay(plan) for _ in range(3)]
+    assert [packed[11] for packed in log] == pointers[:3] and {packed[4] for packed in log} == {4096}
+    assert [arrays.device_pointer(r) for r in results] == pointers[:3]
+    kept = written.moves[20480]
+    written.replay(plan)
+    assert written.moves[20480] is kept and sorted(written.moves) == [20480, 30720, 40960]
+    for _ in pointers[4:]:
+        written.replay(plan)
+    assert len(written.moves) <= launch_module.MAX_MOVES and [packed[11] for packed in log] == pointers
+
+
 def test_a_moved_launch_moves_only_pointers_into_the_old_output():
     launch = _logged_launch([])
     moved = launch.moved(8192, 8192 + 16, 100_000)

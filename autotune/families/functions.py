@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import arrays, streams
+from .. import arrays, result_pool, streams
 from ..dtypes import HALF, kernel_view
 from ..launch import Plan, Written
 from ..streams import as_stream, stream_key
@@ -114,7 +114,7 @@ def _matmul(A, B, out, stream, host: bool, precision: str = "ieee", requested=No
         raise ValueError(f"matmul: the stack shapes of {tuple(dA.shape)} and {tuple(dB.shape)} do not "
                          f"broadcast") from None
     shape = batch + ((M,) if dA.ndim > 1 else ()) + ((N,) if dB.ndim > 1 else ())
-    result = _result(out, shape, out_dtype, "C")
+    result = _result(out, shape, out_dtype, "C", launch_stream)
     c3 = result.reshape(batch + (M, N))
     replay.follow()
     if math.prod(batch) and M and N and not K:
@@ -153,7 +153,7 @@ def _reduce(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: 
     outer, extent, inner = collapse(tuple(base.shape), base_axes)
     if not axes and answer_dtype != dtype_name:
         raise TypeError(f"{op} over no axis of {dtype_name} would only convert it to {answer_dtype}: use astype")
-    result = _result(out, answer_shape, answer_dtype, order)
+    result = _result(out, answer_shape, answer_dtype, order, launch_stream)
     replay.follow()
     if not axes:
         _copy(result, d, launch_stream)
@@ -195,7 +195,7 @@ class _Replay:
         if self.out is not None:
             plan()
             return self.out
-        return written.replay(plan)
+        return written.replay(plan, self.stream)
 
     def follow(self) -> None:
         streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
@@ -352,12 +352,11 @@ def _stacked(d, index: tuple[int, ...], batch: tuple[int, ...]):
     return d[own]
 
 
-def _result(out, shape: tuple[int, ...], dtype: str, order: str):
-    """``out`` checked (a device array of the result's shape, dtype and layout), or a new device array."""
-    from numba import cuda
-
+def _result(out, shape: tuple[int, ...], dtype: str, order: str, stream):
+    """``out`` checked (a device array of the result's shape, dtype and layout), or a new device array for work
+    on ``stream``."""
     if out is None:
-        return cuda.device_array(shape, dtype=dtype, order=order)
+        return result_pool.empty(shape, dtype, order, stream)
     if arrays.is_host(out):
         raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
     d = arrays.to_device(out, "out")

@@ -11,7 +11,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .. import arrays
+from .. import arrays, result_pool
 from ..device import gpu_required
 from ..dtypes import kernel_view, storage
 from ..family import Kernel
@@ -151,17 +151,15 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError(f"shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align for A @ B (K {K} != {K2})")
         if min(M, N, K) == 0:
             raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
-        C = self._output(out, M, N)
-        target = self._scratch_for(C, dA, dB)
+        C = self._output(out, M, N, stream)
+        target = self._scratch_for(C, dA, dB, stream=stream)
         c_flat = arrays.flat(target)
         return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb, stream),
                                      stream)
 
-    def _output(self, out, M: int, N: int):
-        from numba import cuda
-
+    def _output(self, out, M: int, N: int, stream):
         if out is None:
-            return cuda.device_array((M, N), dtype=self.out_dtype)
+            return result_pool.empty((M, N), self.out_dtype, "C", stream)
         if arrays.is_host(out):
             raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
         C = arrays.to_device(out, "out")

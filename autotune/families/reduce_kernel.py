@@ -9,7 +9,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from .. import arrays
+from .. import arrays, result_pool
 from ..dtypes import kernel_view, storage
 from ..device import current_device, gpu_required
 from ..family import Kernel
@@ -105,10 +105,10 @@ class ReduceKernel(Planned, Kernel):
         rank = RANK[self.axis]
         if rank is not None and dx.ndim != rank:
             raise ValueError(f"axis={self.axis} needs a {rank}-D array, got shape {tuple(dx.shape)}")
-        result = self._output(out, dx)
+        result = self._output(out, dx, stream)
         if dx.size == 0:
             return result, self._empty(result, dx, stream)
-        target = self._scratch_for(result, dx, dy)
+        target = self._scratch_for(result, dx, dy, stream=stream)
         x_flat = arrays.flat(dx)
         y_flat = x_flat if dy is dx else arrays.flat(dy)
         return result, lambda: self._into(result, target,
@@ -121,12 +121,10 @@ class ReduceKernel(Planned, Kernel):
             raise ValueError(f"{name} must be C-contiguous (copy it first: np.ascontiguousarray, cupy.ascontiguousarray, tensor.contiguous())")
         return d
 
-    def _output(self, out, dx):
-        from numba import cuda
-
+    def _output(self, out, dx, stream):
         shape = result_shape(tuple(dx.shape), self.axis)
         if out is None:
-            return cuda.device_array(shape, dtype=self.out_dtype)
+            return result_pool.empty(shape, self.out_dtype, "C", stream)
         if arrays.is_host(out):
             raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
         d = arrays.to_device(out, "out")
