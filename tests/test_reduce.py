@@ -449,3 +449,22 @@ def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):
     nan = np.isnan(values)
     np.testing.assert_array_equal(got[~nan], want[~nan].view(np.uint16))
     assert np.isnan(got[nan].view(ml_dtypes.bfloat16).astype(np.float32)).all()
+
+
+@pytest.mark.parametrize("op, dtype, n, step", [("sum", "float32", 1, "memset"), ("dot", "float64", 1, "memset"),
+                                                ("sum", "int64", 3, "memset"), ("max", "float32", 1, "fill"),
+                                                ("min", "int32", 1, "fill"), ("sum", "float16", 1, "fill")])
+def test_atomic_combines_start_from_a_memset_only_where_the_identity_is_zero_bits(op, dtype, n, step, monkeypatch):
+    """On a GPU a sum's output is zeroed by a driver memset (no kernel launch), a max's or min's filled with its
+    identity by the fill kernel; a memset writes whole 32-bit words, so an output of 2 bytes is filled."""
+    from autotune.families import reduce_kernel
+
+    k = build_kernel("reduce", {"COMBINE": "atomic", "VEC": 2}, dtype, op=op)
+    k.simulator = False
+    monkeypatch.setattr(reduce_kernel, "zero", lambda module, d, simulator, stream: ("memset", d.size))
+    monkeypatch.setattr(reduce_kernel, "fill", lambda module, d, value, simulator, stream: ("fill", value))
+    got = k._identity_step(cuda.device_array(n, dtype=dtype), 0)
+    assert got[0] == step
+    if step == "fill":
+        want = reduce_kernel.identity(op, k.acc_dtype)
+        assert got[1] == want and (op == "sum" or got[1] != 0)

@@ -13,7 +13,7 @@ from .. import arrays, result_pool
 from ..dtypes import kernel_view, storage
 from ..device import current_device, gpu_required
 from ..family import Kernel
-from ..launch import Plan, Planned, configure, elementwise, fill
+from ..launch import Plan, Planned, configure, elementwise, fill, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
 from .reduce import (accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape,
                      row_lanes, staged)
@@ -169,9 +169,18 @@ class ReduceKernel(Planned, Kernel):
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, out=out, vec_ok=vec_ok))
         else:
             if p["ROW_SPLIT"] > 1:  # the template combines row slices with atomics
-                self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
+                self._enqueue(*self._identity_step(out, stream))
             self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, M=M, N=N, L=out.size, out=out,
                                                   rows_per_split=extra[0], vec_ok=vec_ok))
+
+    def _identity_step(self, out, stream) -> tuple:
+        """The step that sets ``out`` to the reduction's identity before blocks combine into it with atomics: a
+        driver memset where the identity is all zero bits (sums, dots: one kernel launch less per call, which is
+        most of a small sum's host time), else the fill kernel (max, min)."""
+        value = identity(self.op, self.acc_dtype)
+        if value == 0 and out.size * out.dtype.itemsize % 4 == 0:
+            return zero(self.module, out, self.simulator, stream)
+        return fill(self.module, out, value, self.simulator, stream)
 
     def _workspace(self, out, shape: tuple[int, ...], stream):
         """The accumulators a staged variant combines into, kept per (shape, stream) as the partials are."""
@@ -190,7 +199,7 @@ class ReduceKernel(Planned, Kernel):
         configured, (partial, blocks) = self._config((n,), stream)
         combine = self.params["COMBINE"]
         if combine == "atomic":
-            self._enqueue(*fill(self.module, out, identity(self.op, self.acc_dtype), self.simulator, stream))
+            self._enqueue(*self._identity_step(out, stream))
         counter = self._counter_array(stream) if combine == "last_block" else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
                                               vec_ok=vec_ok))
