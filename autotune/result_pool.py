@@ -76,16 +76,14 @@ def empty(shape: tuple[int, ...], dtype, order: str = "C", stream=0, context=Non
     """An uninitialised device array (a Numba ``DeviceNDArray``) of ``shape``, ``dtype`` and ``order``, its
     memory a cached block last used on ``stream`` (as returned by ``streams.as_stream``) or a new one, in
     ``context`` (a Numba context; default the current one, which costs a driver call to find)."""
-    shape = tuple(int(n) for n in shape)
-    dtype = np.dtype(dtype)
-    nbytes = math.prod(shape) * dtype.itemsize
+    shape, strides, dtype, nbytes = _form(shape if isinstance(shape, tuple) else tuple(shape), dtype, order)
     if backend.simulator() or nbytes == 0:
         from numba import cuda
 
         return cuda.device_array(shape, dtype=dtype, order=order)
     numba = _numba()
     context = context or numba.current_context()
-    return numba.DeviceNDArray(shape, _strides(shape, dtype.itemsize, order), dtype,
+    return numba.DeviceNDArray(shape, strides, dtype,
                                gpu_data=_memory(context, (id(context), stream_key(stream)), nbytes))
 
 
@@ -136,6 +134,14 @@ def _allocated(allocate: Callable[[], Any]):
             raise
     free_all_blocks()
     return allocate()
+
+
+@functools.lru_cache(maxsize=1024)
+def _form(shape: tuple, dtype, order: str) -> tuple[tuple[int, ...], tuple[int, ...], np.dtype, int]:
+    """(shape, strides, dtype, bytes) of an array, worked out once per (shape, dtype, order) a process uses."""
+    shape = tuple(int(n) for n in shape)
+    dtype = np.dtype(dtype)
+    return shape, _strides(shape, dtype.itemsize, order), dtype, math.prod(shape) * dtype.itemsize
 
 
 def _strides(shape: tuple[int, ...], itemsize: int, order: str) -> tuple[int, ...]:
