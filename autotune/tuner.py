@@ -592,15 +592,12 @@ class Tuner:
             built = self._compiled(future)
             if built is None:  # the run is stopping or its time is up
                 return None
-            if not built.ok:
-                self.report(f"baseline {params} failed: {built.reason}")
-                return None
-            m = worker.run(the_job)
+            m = worker.run(the_job) if built.ok else None
+            failure = (built.reason or "compile failed") if m is None else None if m.ok else m.reason or "failed"
         except Exception as exc:
-            self.report(f"baseline {params} failed: {type(exc).__name__}: {exc}")
-            return None
-        if not m.ok:
-            self.report(f"baseline {params} failed: {m.reason}")
+            failure = f"{type(exc).__name__}: {exc}"
+        if failure is not None:
+            self.report(f"baseline {params} failed: {failure}")
             return None
         return {"params": params, **m.timing, "rate": m.rate}
 
