@@ -17,6 +17,7 @@ from .numba_guard import install_once, source_matches
 
 KNOWN_SOURCE_SHA256 = "6559c167bfc0ad36ab4af049ed2f2b9ddc28ce1eedbc2e3462b69b62079e850e"
 
+MAX_ANSWERS = 100_000  # a record that outgrows this is started afresh (its keys hold types and contexts alive)
 _state = {"installed": False}
 _answers: dict = {}
 
@@ -48,6 +49,8 @@ def remembered(original):
             return signature
         signature = original(self, context, args, kws)
         if signature is not None:
+            if len(_answers) >= MAX_ANSWERS:
+                _answers.clear()
             _answers[key] = (signature, self._impl_keys[signature.args])
         return signature
 

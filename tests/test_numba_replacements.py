@@ -324,3 +324,43 @@ def test_the_simulators_shared_arrays_are_one_per_line_and_block_under_contentio
         for t in threads:
             t.join()
         assert len(got) == 32 and all(a is got[0] for a in got)
+
+
+def test_the_typing_record_answers_repeats_and_starts_afresh_when_full(monkeypatch):
+    """A repeated question is answered from the record (Numba's search not run again, the implementation key
+    re-recorded); the record is cleared when it reaches MAX_ANSWERS, so a long-lived process does not keep every
+    function type and context it ever typed."""
+    from autotune import numba_typing
+
+    searches = []
+
+    class FunctionType:
+        def __init__(self):
+            self._impl_keys = {}
+
+    class Signature:
+        def __init__(self, args):
+            self.args = args
+
+    def original(self, context, args, kws):
+        searches.append(tuple(args))
+        self._impl_keys[tuple(args)] = ("impl", tuple(args))
+        return Signature(tuple(args))
+
+    monkeypatch.setattr(numba_typing, "_answers", {})
+    monkeypatch.setattr(numba_typing, "MAX_ANSWERS", 3)
+    monkeypatch.setattr("numba.core.target_extension.get_local_target", lambda context: "cuda")
+    get_call_type = numba_typing.remembered(original)
+    f, context = FunctionType(), object()
+    first = get_call_type(f, context, ("int64", "int64"), {})
+    f._impl_keys.clear()
+    again = get_call_type(f, context, ["int64", "int64"], {})
+    assert again is first and searches == [("int64", "int64")]
+    assert f._impl_keys == {("int64", "int64"): ("impl", ("int64", "int64"))}
+    for args in (("a",), ("b",)):
+        get_call_type(f, context, args, {})
+    assert len(numba_typing._answers) == 3
+    get_call_type(f, context, ("c",), {})  # the record was full: started afresh with this answer
+    assert len(numba_typing._answers) == 1
+    get_call_type(f, context, ("int64", "int64"), {})
+    assert searches.count(("int64", "int64")) == 2
