@@ -199,13 +199,26 @@ class SearchSpace:
                     wanted -= new
         return kept, wanted
 
-    def random_valid(self, rng: random.Random, *, dtype: str, family: Mapping[str, Any],
-                     tries: int = 100000) -> dict[str, Any] | None:
-        """A uniformly drawn configuration that satisfies every constraint (rejection sampling)."""
-        for _ in range(tries):
-            config = self._random_config(rng, family, pin=(None, None), cheap={})
-            if config is not None and not self.violation(config, dtype=dtype, family=family):
-                return config
+    def random_valid(self, rng: random.Random, *, dtype: str, family: Mapping[str, Any], tries: int = 100000,
+                     barren: set | None = None) -> dict[str, Any] | None:
+        """A random configuration that satisfies every constraint: the first parameter's value (a matmul's
+        strategy) drawn uniformly, then the others uniformly by rejection sampling; a value none of whose
+        configurations is found valid gives way to the next. Drawing the whole configuration uniformly would
+        nearly always give the strategies without parameters, each valid as drawn, and almost never a tiled
+        configuration, of which few of the drawn ones are valid (for bfloat16 only tensor-core tiles).
+        ``barren``, a set the caller keeps for one problem, records such values so later calls skip them."""
+        first = next(iter(self.params.values()))
+        values = [v for v in first.values if barren is None or v not in barren]
+        rng.shuffle(values)
+        for value in values:
+            for _ in range(tries // len(first.values)):
+                config = self._random_config(rng, family, pin=(first.name, value), cheap={})
+                if config is None:  # the first parameter does not apply for these family arguments
+                    break
+                if not self.violation(config, dtype=dtype, family=family):
+                    return config
+            if barren is not None:
+                barren.add(value)
         return None
 
     def neighbours(self, config: Mapping[str, Any], *, dtype: str,

@@ -161,6 +161,7 @@ class Tuner:
         self._grid: Iterator[dict[str, Any]] | None = None
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, made by the first GPU thread
         self._rng = random.Random(config.seed)
+        self._barren: set = set()  # first-parameter values random_valid found no valid configuration for
 
     # -- bookkeeping over the study -------------------------------------------------------------
     def _counts(self) -> tuple[int, int, int]:
@@ -273,12 +274,13 @@ class Tuner:
             time.sleep(0.05)
 
     def _enqueue_random_unseen(self) -> bool:
-        """Queue a valid configuration not yet seen: a uniform draw, else a one-step neighbour of a configuration
-        seen (in random order). Uniform draws alone can miss: where few configurations are valid (bfloat16 takes
-        only tensor-core tiles) they land on the strategies without parameters, seen after two trials. False only
-        when neither finds one."""
+        """Queue a valid configuration not yet seen: a random draw (``SearchSpace.random_valid``: the strategy
+        first, so that tiled configurations come up where few of them are valid), else a one-step neighbour of a
+        configuration seen (in random order), the guarantee where draws keep finding seen ones. False only when
+        neither finds one."""
         for _ in range(1000):
-            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, family=self.problem.family)
+            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, family=self.problem.family,
+                                             barren=self._barren)
             if config is None:
                 break
             if config_key(config) not in self._seen:

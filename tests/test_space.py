@@ -227,3 +227,42 @@ def test_neighbours_move_one_parameter_one_step_and_are_valid(matmul_space):
     assert {c.get("BM", 64) for c in found} == {32, 64, 128}
     back = matmul_space.neighbours({**config, "SPLIT_K": 2, "SPLIT_ADD": "vector"}, dtype="float32", family=family)
     assert config in back  # and SPLIT_ADD is dropped again on the way back
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "bfloat16"])
+def test_random_valid_draws_reach_tiled_and_tensor_core_configurations(matmul_space, dtype):
+    """A whole configuration drawn uniformly is nearly always one of the two strategies without parameters (valid
+    as drawn); random_valid draws the strategy first, so tiled configurations, and for bfloat16 tensor-core tiles
+    (the only tiled ones valid there), come up in about a third of the draws, every one valid."""
+    import random
+
+    family = {"layout": "nn"}
+    rng = random.Random(7)
+    drawn = [matmul_space.random_valid(rng, dtype=dtype, family=family) for _ in range(30)]
+    tiled = [c for c in drawn if c["strategy"] == "tiled"]
+    assert len(tiled) >= 5
+    if dtype == "bfloat16":
+        assert all(c["MMA"] == 16 for c in tiled)
+    for config in drawn:
+        matmul_space.validate(config, dtype=dtype, family=family, fill_defaults=False)
+
+
+def test_random_valid_records_a_strategy_with_no_valid_configuration_and_skips_it(tmp_path):
+    """In a space narrowed so that no tiled float64 configuration is valid (VEC 8 is 64 bytes), the first call
+    that tries tiled gives up on it after its share of the tries and records it; later calls skip it."""
+    import random
+
+    space = load_space("matmul", write(tmp_path, """
+        kernel: matmul
+        params:
+          strategy: {values: [tiled, naive]}
+          VEC: {values: [8]}
+    """))
+    barren: set = set()
+    rng = random.Random(0)
+    drawn = [space.random_valid(rng, dtype="float64", family={"layout": "nn"}, tries=3000, barren=barren)
+             for _ in range(6)]
+    assert [c["strategy"] for c in drawn] == ["naive"] * 6 and barren == {"tiled"}
+    skipped = [load_space("matmul").random_valid(rng, dtype="float32", family={"layout": "nn"}, barren={"tiled"})
+               for _ in range(20)]  # tiled is valid here, but recorded as barren: not drawn
+    assert {c["strategy"] for c in skipped} == {"naive", "shared16"}

@@ -98,10 +98,10 @@ def test_the_seed_kernel_is_timed_beside_the_search_and_its_failure_is_said(tmp_
 
 
 def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp_path, monkeypatch):
-    """bfloat16 matmul takes only tensor-core tiles, so uniform draws from the space nearly always land on the two
-    strategies without parameters (here always: the draws are patched to do so). Once those and one tile are seen,
-    the tuner still queues an unseen valid configuration, a neighbour of one seen, instead of ending the search as
-    exhausted, which it did after 15 of 40 trials on the H100."""
+    """bfloat16 matmul takes only tensor-core tiles; where random draws keep landing on configurations seen (here
+    always the two strategies without parameters: the draws are patched to do so), once those and one tile are
+    seen the tuner still queues an unseen valid configuration, a neighbour of one seen, instead of ending the
+    search as exhausted, which it did after 15 of 40 trials on the H100."""
     from autotune.device import DeviceInfo
     from autotune.space import SearchSpace, config_key
     from autotune.tuner import suggest
