@@ -6,7 +6,8 @@ which waits for the device): 31-177 us of host time per small array on the H100,
 drops the last array or view on it, to a free list kept per (CUDA context, stream, size), and the next result of
 that size on that stream takes it. Work on one stream runs in order, so whatever the block's last owner queued
 on that stream finishes before the next writer starts: the rule of CuPy's and PyTorch's caching allocators, with
-the same caveat: an array read by work on another stream must be kept alive until that work is done.
+the same caveat: an array that work on another stream reads or writes (a result passed as ``out=`` of a call on
+another stream, say) must be kept alive until that work is done.
 
 Sizes are rounded up to 512 bytes. At most ``MAX_CACHED_BYTES`` of free blocks are kept; a block freed beyond
 that goes back to Numba (which frees it), and ``free_all_blocks()`` gives every cached block back. Where an
@@ -74,8 +75,8 @@ _cache = BlockCache()
 
 def empty(shape: tuple[int, ...], dtype, order: str = "C", stream=0, context=None):
     """An uninitialised device array (a Numba ``DeviceNDArray``) of ``shape``, ``dtype`` and ``order``, its
-    memory a cached block last used on ``stream`` (as returned by ``streams.as_stream``) or a new one, in
-    ``context`` (a Numba context; default the current one, which costs a driver call to find)."""
+    memory a cached block of an earlier result made for ``stream`` (as returned by ``streams.as_stream``) or a
+    new one, in ``context`` (a Numba context; default the current one, which costs a driver call to find)."""
     shape, strides, dtype, nbytes = _form(shape if isinstance(shape, tuple) else tuple(shape), dtype, order)
     if backend.simulator() or nbytes == 0:
         from numba import cuda
