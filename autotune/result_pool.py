@@ -83,7 +83,7 @@ def empty(shape: tuple[int, ...], dtype, order: str = "C", stream=0, context=Non
 
         return cuda.device_array(shape, dtype=dtype, order=order)
     numba = _numba()
-    context = context or numba.current_context()
+    context = numba.current_context() if context is None else context
     return numba.DeviceNDArray(shape, strides, dtype,
                                gpu_data=_memory(context, (id(context), stream_key(stream)), nbytes))
 
