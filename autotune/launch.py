@@ -264,7 +264,7 @@ class Planned:
         results)."""
         if not arrays.overlaps(out, *inputs):
             return out
-        return result_pool.empty(tuple(out.shape), out.dtype, "C", stream)
+        return result_pool.empty(out.shape, out.dtype, "C", stream)
 
     def _into(self, out, target, run: Callable[[], None], stream=0) -> None:
         """``run()``, which writes ``target``, then ``target`` copied into ``out`` (on ``stream``) where they

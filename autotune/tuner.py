@@ -594,8 +594,11 @@ class Tuner:
             built = self._compiled(future)
             if built is None:  # the run is stopping or its time is up
                 return None
-            m = worker.run(the_job) if built.ok else None
-            failure = (built.reason or "compile failed") if m is None else None if m.ok else m.reason or "failed"
+            if not built.ok:
+                failure = built.reason or "compile failed"
+            else:
+                m = worker.run(the_job)
+                failure = None if m.ok else m.reason or "measurement failed"
         except Exception as exc:
             failure = f"{type(exc).__name__}: {exc}"
         if failure is not None:
