@@ -14,8 +14,11 @@ that goes back to Numba (which frees it), and ``free_all_blocks()`` gives every 
 allocation fails, the cache is given back and the allocation tried once more. In the CUDA simulator results are
 plain ``cuda.device_array``s.
 
-Numba's ``MemoryPointer`` (a buffer with a finalizer, the type its external-memory plugins return) and
-``DeviceNDArray`` (an array on given memory) are used only here.
+Numba's ``MemoryPointer`` (a buffer, the type its external-memory plugins return) and ``DeviceNDArray`` (an
+array on given memory) are used only here, in the two ways that make a result cost 2 us of host time less: the
+block goes back to the cache from ``__del__`` of a ``MemoryPointer`` subclass (the class's docstring leaves the
+buffer's lifetime to subclasses, as Numba's ``AutoFreePointer`` does) rather than a ``weakref.finalize``, and an
+array is a copy of the attributes Numba's constructor gave the first array of its form, with its own memory.
 """
 from __future__ import annotations
 
@@ -84,8 +87,7 @@ def empty(shape: tuple[int, ...], dtype, order: str = "C", stream=0, context=Non
         return cuda.device_array(shape, dtype=dtype, order=order)
     numba = _numba()
     context = numba.current_context() if context is None else context
-    return numba.DeviceNDArray(shape, strides, dtype,
-                               gpu_data=_memory(context, (id(context), stream_key(stream)), nbytes))
+    return _array((shape, strides, dtype), _memory(context, (id(context), stream_key(stream)), nbytes))
 
 
 def context_of(d):
@@ -111,19 +113,58 @@ def _numba() -> SimpleNamespace:
     from numba.cuda.cudadrv.devices import get_context
     from numba.cuda.cudadrv.driver import MemoryPointer
 
-    return SimpleNamespace(DeviceNDArray=DeviceNDArray, MemoryPointer=MemoryPointer, current_context=get_context)
+    class CachedBlockPointer(MemoryPointer):
+        """A MemoryPointer of ``nbytes`` on ``block`` that, once collected (with the last array or view on it: a
+        view's pointer holds its owner), puts ``block`` back by ``returned`` = (put, key, size)."""
+
+        def __init__(self, context, block, nbytes: int, returned: tuple):
+            super().__init__(context, block.device_pointer, nbytes)
+            self._block, self._returned = block, returned
+
+        def __del__(self):
+            put, key, size = self._returned
+            put(key, size, self._block)
+
+    return SimpleNamespace(DeviceNDArray=DeviceNDArray, MemoryPointer=MemoryPointer, Pointer=CachedBlockPointer,
+                           current_context=get_context)
 
 
 def _memory(context, owner_key: tuple, nbytes: int):
-    """A Numba MemoryPointer of ``nbytes`` on a block of the cache (or a new block) whose finalizer caches the
-    block again."""
+    """A Numba MemoryPointer of ``nbytes`` on a block of the cache (or a new block) that goes back to the cache
+    when the pointer is collected."""
     size = -(-nbytes // ALIGN) * ALIGN
     key = owner_key + (size,)
     block = _cache.take(key, size)
     if block is None:
         block = _allocated(lambda: context.memalloc(size))
-    return _numba().MemoryPointer(context, block.device_pointer, nbytes,
-                                  finalizer=functools.partial(_cache.put, key, size, block))
+    return _numba().Pointer(context, block, nbytes, (_cache.put, key, size))
+
+
+CONSTRUCTED = frozenset({"ndim", "_dummy", "shape", "strides", "dtype", "size", "alloc_size", "gpu_data", "stream"})
+
+
+def _array(form: tuple, gpu_data):
+    """``DeviceNDArray(shape, strides, dtype, gpu_data=gpu_data)`` for ``form`` = (shape, strides, dtype): a new
+    array holding the attributes the constructor gave the first array of the form, ``gpu_data`` its own. Where
+    the constructor sets other attributes than numba-cuda 0.30's (``CONSTRUCTED``, which depend on the form only),
+    the constructor itself."""
+    attributes = _constructed(form)
+    if attributes is None:
+        return _numba().DeviceNDArray(*form, gpu_data=gpu_data)
+    array = object.__new__(_numba().DeviceNDArray)
+    state = array.__dict__
+    state.update(attributes)
+    state["gpu_data"] = gpu_data
+    return array
+
+
+@functools.lru_cache(maxsize=1024)
+def _constructed(form: tuple) -> dict | None:
+    """The attributes Numba's constructor sets on an array of ``form`` (None where they are not ``CONSTRUCTED``),
+    taken before anything reads the array (its cached properties, some of which hold its pointer)."""
+    numba = _numba()
+    attributes = dict(vars(numba.DeviceNDArray(*form, gpu_data=numba.MemoryPointer(None, 0, 0))))
+    return attributes if attributes.keys() == CONSTRUCTED else None
 
 
 def _allocated(allocate: Callable[[], Any]):

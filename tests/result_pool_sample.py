@@ -55,6 +55,18 @@ def main() -> None:
     a = result_pool.empty((3, 5), np.float64)
     interface = a.__cuda_array_interface__
     seen["interface"] = [list(interface["shape"]), interface["typestr"], a.dtype.name]
+    constructed = DeviceNDArray((3, 5), (40, 8), np.float64, gpu_data=a.gpu_data)
+    seen["as_constructed"] = {"type": type(a) is DeviceNDArray, "attributes": vars(a).keys() == vars(constructed).keys()
+                              and all(vars(a)[k] == v for k, v in vars(constructed).items() if k != "_dummy"),
+                              "dummy": vars(a)["_dummy"] is vars(constructed)["_dummy"]}
+    saved = result_pool.CONSTRUCTED
+    result_pool.CONSTRUCTED = saved | {"attribute of another numba-cuda"}
+    result_pool._constructed.cache_clear()
+    fallback = result_pool.empty((2, 7), np.float32)
+    seen["as_constructed"]["fallback"] = (result_pool._constructed((fallback.shape, fallback.strides, fallback.dtype))
+                                          is None and fallback.shape == (2, 7) and fallback.strides == (28, 4))
+    result_pool.CONSTRUCTED = saved
+    result_pool._constructed.cache_clear()
 
     first = result_pool.empty((1000,), "f4")
     p_first = pointer(first)

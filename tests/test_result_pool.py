@@ -46,6 +46,7 @@ def test_numba_arrays_on_cached_blocks_reuse_per_stream_and_size_and_never_while
     for ours, numpys in seen["strides"]:
         assert ours == numpys
     assert seen["interface"] == [[3, 5], "<f8", "float64"]
+    assert seen["as_constructed"] == {"type": True, "attributes": True, "dummy": True, "fallback": True}
     assert seen["reuse"] == {"after_drop": True, "while_alive": True}
     assert seen["view"] == {"kept_by_view": True, "view_pointer": True, "arrays_pointer": True,
                             "after_view_dropped": True}
