@@ -3,7 +3,8 @@
 A checked call (``k(x, out=r)``) converts and validates arrays, picks the launch configuration and lets Numba's
 dispatcher type the arguments: 100-200 us of host time, which is more than a whole reduction of 2**20 elements
 takes on the GPU. ``Plan`` keeps what such a call launched, with each kernel's arguments already packed, and
-replays it with one cuda.core launch per kernel: no typing, no checks, no allocation, no synchronisation.
+replays it with one driver launch per kernel, its parameter buffer built once (autotune/kernel_launch.py): no
+typing, no checks, no allocation, no synchronisation.
 
 Packing uses two internals of numba-cuda's kernel object (``_prepare_args`` and ``_codelibrary``); where they are
 missing (the CUDA simulator, another numba-cuda) a launch is replayed through the dispatcher instead, which is
@@ -20,7 +21,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import arrays, result_pool
+from . import arrays, kernel_launch, result_pool
 from .streams import stream_key
 
 MAX_PLANS = 32
@@ -111,18 +112,23 @@ class Written:
 
 @dataclasses.dataclass(frozen=True)
 class PackedLaunch:
-    """One kernel launch with its arguments packed (cuda.core): ``pointers`` are the positions in ``packed`` of
-    the arrays' data pointers (None where they could not be told)."""
+    """One kernel launch with its arguments packed (numba-cuda's packing, for cuda.core): ``pointers`` are the
+    positions in ``packed`` of the arrays' data pointers (None where they could not be told). ``prepare`` makes
+    the call that launches it, once (``kernel_launch.prepared``: the parameter buffer built once)."""
 
-    launch: Callable  # cuda.core.launch
+    prepare: Callable[[Any, Any, Any, tuple], Callable[[], None]]  # (stream, config, function, packed) -> launch
     stream: Any
     config: Any
     function: Any
     packed: tuple
     pointers: tuple[int, ...] | None
+    go: Callable[[], None] = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        object.__setattr__(self, "go", self.prepare(self.stream, self.config, self.function, self.packed))
 
     def __call__(self):
-        self.launch(self.stream, self.config, self.function, *self.packed)
+        self.go()
 
     def moved(self, lo: int, hi: int, delta: int) -> "PackedLaunch":
         """This launch with its array pointers that lie in [lo, hi) moved by ``delta`` bytes (``pointers`` known)."""
@@ -130,14 +136,14 @@ class PackedLaunch:
         for i in self.pointers:
             if lo <= packed[i] < hi:
                 packed[i] += delta
-        return PackedLaunch(self.launch, self.stream, self.config, self.function, tuple(packed), self.pointers)
+        return PackedLaunch(self.prepare, self.stream, self.config, self.function, tuple(packed), self.pointers)
 
 
 @dataclasses.dataclass(frozen=True)
 class Memset:
     """``words`` 32-bit zeros written from ``pointer`` on ``stream`` (a driver memset)."""
 
-    memset: Callable  # the driver's cuMemsetD32Async
+    memset: Callable  # the driver's cuMemsetD32Async (kernel_launch.memset_d32)
     pointer: int
     words: int
     stream: int
@@ -193,9 +199,7 @@ def zero(module, d, simulator: bool, stream=0) -> tuple:
     driver."""
     if simulator:
         return fill(module, d, 0, simulator)
-    from numba.cuda.cudadrv.driver import driver
-
-    return (Memset(driver.cuMemsetD32Async, arrays.device_pointer(d), d.size * d.dtype.itemsize // 4, int(stream)),)
+    return (Memset(kernel_launch.memset_d32(), arrays.device_pointer(d), d.size * d.dtype.itemsize // 4, int(stream)),)
 
 
 def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
@@ -218,7 +222,7 @@ def bind(configured, args: tuple) -> Callable[[], Any]:
 
 
 def _packed_launch(configured, args: tuple) -> PackedLaunch:
-    from cuda.core import LaunchConfig, launch
+    from cuda.core import LaunchConfig
     from numba.core import types
 
     dispatcher = configured.dispatcher
@@ -233,8 +237,8 @@ def _packed_launch(configured, args: tuple) -> PackedLaunch:
         if isinstance(ty, types.Array):
             pointers.append(_data_pointer_position(packed, start, value))
     config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=configured.sharedmem)
-    return PackedLaunch(launch, configured.stream, config, kernel._codelibrary.get_cufunc().kernel, tuple(packed),
-                        None if None in pointers else tuple(pointers))
+    return PackedLaunch(kernel_launch.prepared, configured.stream, config, kernel._codelibrary.get_cufunc().kernel,
+                        tuple(packed), None if None in pointers else tuple(pointers))
 
 
 def _data_pointer_position(packed: list, start: int, array) -> int | None:

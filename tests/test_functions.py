@@ -373,7 +373,7 @@ class _Interfaced:
 def _logged_launch(log: list) -> PackedLaunch:
     """A launch of a reduction of the array at 4096 into the output at 8192, packed as numba-cuda packs arrays
     (meminfo, parent, size, itemsize, pointer, shape, strides), logging the arguments it would launch with."""
-    return PackedLaunch(lambda stream, config, function, *packed: log.append(packed), 0, None, "kernel",
+    return PackedLaunch(lambda stream, config, function, packed: lambda: log.append(packed), 0, None, "kernel",
                         (0, 0, 4, 4, 4096, 4, 4, 0, 0, 1, 4, 8192, 1, 4), pointers=(4, 11))
 
 
