@@ -164,6 +164,8 @@ def host_times(rng) -> list[tuple[str, float]]:
     A = cp.asarray(rng.standard_normal((1024, 1024)).astype(np.float32))
     C = cp.empty((1024, 1024), cp.float32)
     tA = torch.as_tensor(A, device="cuda")
+    a = cp.asarray(rng.standard_normal((256, 256)).astype(np.float32))  # small enough for host time to show
+    c = cp.empty((256, 256), cp.float32)
     k = autotune.get_best_kernel("reduce", (1 << 20,))
     return [("autotune.sum(x), 2^20", per_call_us(lambda: autotune.sum(x))),
             ("get_best_kernel('reduce', (2^20,))(x)", per_call_us(lambda: k(x))),
@@ -173,7 +175,10 @@ def host_times(rng) -> list[tuple[str, float]]:
             ("autotune.matmul(A, A), 1024^3", per_call_us(lambda: autotune.matmul(A, A), 500)),
             ("autotune.matmul(A, A, out=C), 1024^3", per_call_us(lambda: autotune.matmul(A, A, out=C), 500)),
             ("cupy.matmul(A, A), 1024^3", per_call_us(lambda: cp.matmul(A, A), 500)),
-            ("torch.matmul(tA, tA), 1024^3", per_call_us(lambda: torch.matmul(tA, tA), 500))]
+            ("torch.matmul(tA, tA), 1024^3", per_call_us(lambda: torch.matmul(tA, tA), 500)),
+            ("autotune.matmul(a, a), 256^3", per_call_us(lambda: autotune.matmul(a, a))),
+            ("autotune.matmul(a, a, out=c), 256^3", per_call_us(lambda: autotune.matmul(a, a, out=c))),
+            ("cupy.matmul(a, a), 256^3", per_call_us(lambda: cp.matmul(a, a)))]
 
 
 def numba_allocated(shape, dtype, order="C", stream=0, context=None):
