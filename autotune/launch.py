@@ -36,11 +36,12 @@ class Plan:
 
     def __init__(self, steps: list[Callable[[], Any]], out):
         self._steps = steps
+        self._calls = _calls(steps)
         self.out = out
 
     def __call__(self):
-        for step in self._steps:
-            step()
+        for call in self._calls:
+            call()
         return self.out
 
     def __len__(self) -> int:
@@ -104,10 +105,15 @@ class Written:
         if steps is None:
             if len(self.moves) >= MAX_MOVES:
                 self.moves.clear()
-            steps = self.moves[pointer] = plan._moved_steps(self.pointer, self.nbytes, pointer)
+            steps = self.moves[pointer] = _calls(plan._moved_steps(self.pointer, self.nbytes, pointer))
         for step in steps:
             step()
         return new
+
+
+def _calls(steps: list) -> list[Callable[[], Any]]:
+    """What each step runs when called: a packed launch's prepared launch itself (one Python call less each)."""
+    return [step.go if isinstance(step, PackedLaunch) else step for step in steps]
 
 
 @dataclasses.dataclass(frozen=True)
