@@ -12,7 +12,6 @@ see them as ordered) and the names themselves for the others; the user attribute
 """
 from __future__ import annotations
 
-import concurrent.futures as cf
 import importlib.util
 import os
 import random
@@ -157,9 +156,8 @@ class Tuner:
         self._seen: dict[str, int] = {}
         self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
         self._stopping = threading.Event()
-        self._time_up = threading.Event()  # the run's time limit passed: compiles still running are not waited for
         self._grid: Iterator[dict[str, Any]] | None = None
-        self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, made by the first GPU thread
+        self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
         self._rng = random.Random(config.seed)
         self._barren: set = set()  # first-parameter values random_valid found no valid configuration for
 
@@ -391,9 +389,9 @@ class Tuner:
         pool = CompilePool(cfg.compile_workers)
         compiles = CompileQueue(lambda job: pool.submit(compile_variant, job), cfg.compile_workers + len(workers),
                                 cfg.compile_timeout_s)
-        baseline_job = self._baseline_job(pool) if cfg.baseline else None
-        threads = [threading.Thread(target=self._gpu_loop, args=(w, compiles, baseline_job if i == 0 else None),
-                                    daemon=True) for i, w in enumerate(workers)]
+        if cfg.baseline:
+            self._submit_seed(compiles)
+        threads = [threading.Thread(target=self._gpu_loop, args=(w, compiles), daemon=True) for w in workers]
         for t in threads:
             t.start()
         try:
@@ -418,7 +416,6 @@ class Tuner:
         while True:
             if deadline and time.monotonic() > deadline:
                 self.report("time limit reached; measuring what is compiled, queueing the rest for later")
-                self._time_up.set()
                 self._requeue_waiting(compiles)
                 self._wait_for_flight()
                 return
@@ -456,7 +453,10 @@ class Tuner:
     def _requeue_waiting(self, compiles: CompileQueue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
         measured nor as failures) and enqueued again, so the next run measures them first."""
-        for trial, config, _ in compiles.take_waiting():
+        for payload in compiles.take_waiting():
+            if isinstance(payload, Seed):  # not a trial: the run's result goes without the seed's time
+                continue
+            trial, config, _ = payload
             with self._lock:
                 self._requeue(trial, config)
 
@@ -487,15 +487,16 @@ class Tuner:
                     self._requeue_left(t.number, t.params)
             self._flight.clear()
 
-    def _gpu_loop(self, worker: Worker, compiles: CompileQueue, baseline_job=None) -> None:
-        if baseline_job is not None:
-            self._baseline = self._measure_baseline(worker, *baseline_job)
+    def _gpu_loop(self, worker: Worker, compiles: CompileQueue) -> None:
         while True:
             item = compiles.get()
             if item is None:
                 return
             try:
-                self._measure_and_tell(worker, item)
+                if isinstance(item.payload, Seed):
+                    self._baseline = self._measure_seed(worker, item)
+                else:
+                    self._measure_and_tell(worker, item)
             finally:
                 compiles.release()
 
@@ -540,22 +541,6 @@ class Tuner:
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
 
-    def _compiled(self, future):
-        """The compile's result, waited for in short slices so that an interruption is seen at once, whatever
-        state the stopped pool leaves the future in; None once the run is stopping or its time limit has
-        passed (a run asked to end in T seconds does not wait up to the compile timeout for compiles it started
-        before T). Raises ``concurrent.futures.TimeoutError`` after the compile timeout."""
-        deadline = time.monotonic() + self.config.compile_timeout_s
-        while not self._stopping.is_set():
-            if self._time_up.is_set() and not future.done():
-                return None
-            try:
-                return future.result(timeout=max(0.0, min(0.5, deadline - time.monotonic())))
-            except cf.TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise
-        return None
-
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         for key, value in outcome.attrs().items():
             trial.set_user_attr(key, value)
@@ -578,23 +563,26 @@ class Tuner:
             what = f"{outcome.stage}: {outcome.reason[:100]}"
         self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
 
-    def _baseline_job(self, pool) -> tuple[dict[str, Any], Any, Any] | None:
-        """The seed kernel's parameters, job and compile, submitted to the pool before any variant: its compile
-        runs beside theirs, and the first GPU thread measures it first."""
+    def _submit_seed(self, compiles: CompileQueue) -> None:
+        """Queue the seed kernel's compile before any variant's: it compiles beside theirs, and a GPU thread times
+        it when it is ready, as it would a variant (``_measure_seed``). Nothing where the family has no seed."""
         params = self._baseline_params()
-        if params is None:
-            return None
-        the_job = job_for(self.problem, params, None)
-        return params, the_job, pool.submit(compile_variant, the_job)
+        if params is not None and compiles.reserve(timeout_s=0):
+            the_job = job_for(self.problem, params, None)
+            compiles.submit(Seed(params, the_job), the_job)
 
-    def _measure_baseline(self, worker: Worker, params: dict[str, Any], the_job, future) -> dict[str, Any] | None:
-        """The seed kernel's timing; None (said) where it fails. Never raises: the GPU thread must go on to the
-        variants, or the feed would wait on a full queue."""
+    def _measure_seed(self, worker: Worker, item: Compiling) -> dict[str, Any] | None:
+        """The seed kernel's timing; None (said) where it fails, None where the run stopped while it compiled.
+        Never raises: the GPU thread must go on to the variants, or the feed would wait on a full queue."""
+        params, the_job = item.payload.params, item.payload.job
         try:
-            built = self._compiled(future)
-            if built is None:  # the run is stopping or its time is up
+            if self._stopping.is_set():
                 return None
-            if not built.ok:
+            if item.timed_out:
+                failure = f"compile took longer than {self.config.compile_timeout_s:.0f} s"
+            elif item.future.cancelled():
+                return None
+            elif not (built := item.future.result()).ok:
                 failure = built.reason or "compile failed"
             else:
                 m = worker.run(the_job)
@@ -651,6 +639,14 @@ class Tuner:
             return False
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
                    for t in self.study.get_trials(deepcopy=False))
+
+
+@dataclass(frozen=True)
+class Seed:
+    """The seed kernel's compile in the queue (its payload), told apart from a trial's."""
+
+    params: dict[str, Any]
+    job: Any
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:

@@ -8,7 +8,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import optuna
-import pytest
 from optuna.trial import TrialState
 
 from autotune.device import current_device
@@ -439,33 +438,29 @@ def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url
     assert len({t.user_attrs["owner"] for t in measured}) == 2  # both processes measured
 
 
-def test_waiting_for_a_compile_ends_at_its_timeout_or_at_once_when_the_run_stops(tmp_path):
-    """A stopped compile pool never settles the futures of the compiles it ended, so the GPU thread must not
-    wait on them for the whole compile timeout (an interrupted H100 run hung 30 s there)."""
+def test_a_seed_compile_past_its_timeout_is_said_and_a_cancelled_one_is_not_measured(tmp_path):
+    """The seed kernel comes through the compile queue like a variant: past the compile timeout its failure is
+    reported, cancelled (the run stopped) it is dropped without a word; neither reaches the GPU worker."""
     import concurrent.futures as cf
-    import threading
 
+    from autotune.compile_queue import Compiling
+    from autotune.tuner import Seed
+
+    lines = []
     config = TuneConfig(state_dir=tmp_path, baseline=False, compile_timeout_s=0.6)
-    tuner = Tuner(Problem("reduce", (33,), "float32"), config, current_device(), report=lambda l: None)
-    never = cf.Future()
-    start = time.monotonic()
-    with pytest.raises(cf.TimeoutError):
-        tuner._compiled(never)
-    assert 0.55 < time.monotonic() - start < 5
-    done = cf.Future()
-    done.set_result("built")
-    assert tuner._compiled(done) == "built"
-    tuner.config = replace(config, compile_timeout_s=300)
-    threading.Timer(0.3, tuner._stopping.set).start()
-    start = time.monotonic()
-    assert tuner._compiled(never) is None
-    assert time.monotonic() - start < 3
-    tuner._stopping.clear()
-    tuner._time_up.set()  # past the run's time limit: a finished compile is still measured, a running one not
-    assert tuner._compiled(done) == "built"
-    start = time.monotonic()
-    assert tuner._compiled(never) is None
-    assert time.monotonic() - start < 1
+    tuner = Tuner(Problem("reduce", (33,), "float32"), config, current_device(), report=lines.append)
+
+    class NoWorker:
+        def run(self, job):
+            raise AssertionError("measured a seed that did not compile")
+
+    seed = Seed(tuner._baseline_params(), None)
+    late = Compiling(seed, cf.Future(), 0.0, timed_out=True)
+    assert tuner._measure_seed(NoWorker(), late) is None
+    assert len(lines) == 1 and lines[0].startswith("baseline {") and "longer than 1 s" in lines[0]
+    cancelled = cf.Future()
+    cancelled.cancel()
+    assert tuner._measure_seed(NoWorker(), Compiling(seed, cancelled, 0.0)) is None and len(lines) == 1
 
 
 def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
