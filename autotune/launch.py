@@ -163,9 +163,9 @@ class Memset:
 
 def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0):
     """``kernel[grid, block, stream, shared]``, safe to keep and to record. The CUDA simulator's
-    ``kernel[grid, block]`` sets the grid on the kernel object itself and returns it, so a kept configuration would launch with whichever
-    grid was configured last; there it is a function that configures at each launch. ``shared`` bytes of dynamic
-    shared memory above the default 48 KB are opted into before the first launch."""
+    ``kernel[grid, block]`` sets the grid on the kernel object itself and returns it, so a kept configuration would
+    launch with whichever grid was configured last; there it is a function that configures at each launch.
+    ``shared`` bytes of dynamic shared memory above the default 48 KB are opted into before the first launch."""
     if simulator:
         return lambda *args: _simulate(kernel[grid, block, 0, shared], args)
     configured = kernel[grid, block, stream, shared]
