@@ -572,27 +572,22 @@ class Tuner:
             compiles.submit(Seed(params, the_job), the_job)
 
     def _measure_seed(self, worker: Worker, item: Compiling) -> dict[str, Any] | None:
-        """The seed kernel's timing; None (said) where it fails, None where the run stopped while it compiled.
-        Never raises: the GPU thread must go on to the variants, or the feed would wait on a full queue."""
-        params, the_job = item.payload.params, item.payload.job
-        try:
-            if self._stopping.is_set():
-                return None
-            if item.timed_out:
-                failure = f"compile took longer than {self.config.compile_timeout_s:.0f} s"
-            elif item.future.cancelled():
-                return None
-            elif not (built := item.future.result()).ok:
-                failure = built.reason or "compile failed"
-            else:
-                m = worker.run(the_job)
-                failure = None if m.ok else m.reason or "measurement failed"
-        except Exception as exc:
-            failure = f"{type(exc).__name__}: {exc}"
-        if failure is not None:
-            self.report(f"baseline {params} failed: {failure}")
+        """The seed kernel's timing, its compile and measurement judged as a variant's (``_evaluate``); None (said)
+        where it fails, None where the run stopped while it compiled. Never raises: the GPU thread must go on to
+        the variants, or the feed would wait on a full queue."""
+        if self._stopping.is_set():
             return None
-        return {"params": params, **m.timing, "rate": m.rate}
+        params = item.payload.params
+        try:
+            outcome = self._evaluate(worker, item.payload.job, item)
+        except Exception as exc:
+            outcome = Outcome(ok=False, stage="run", reason=f"{type(exc).__name__}: {exc}")
+        if outcome is None:
+            return None
+        if not outcome.ok:
+            self.report(f"baseline {params} failed: {outcome.reason or outcome.stage + ' failed'}")
+            return None
+        return {"params": params, **outcome.timing, "rate": outcome.rate}
 
     def _baseline_params(self) -> dict[str, Any] | None:
         """The seed kernel's configuration (parameters the family does not use are left out); None where the
