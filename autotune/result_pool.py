@@ -46,7 +46,7 @@ class BlockCache:
         self.limit = limit
         self._free: dict[Hashable, list[Any]] = {}
         self._bytes = 0
-        self._lock = threading.RLock()  # re-entrant: a finalizer may run put() inside take() on the same thread
+        self._lock = threading.RLock()  # re-entrant: a pointer collected in take() puts its block back
 
     @property
     def cached_bytes(self) -> int:
