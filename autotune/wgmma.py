@@ -115,6 +115,20 @@ def wgmma_wait(typingctx, acc, pending):
     return acc(acc, pending), codegen
 
 
+def _shared_operands_codegen(instruction: str, count: int, flags: str = ""):
+    """The code of a wgmma with both operands through descriptors (arguments 1 and 2) into ``count`` accumulators
+    (argument 0), scale-d and both operand scales 1, then ``flags`` (the transposes, where the type has them)."""
+
+    def codegen(context, builder, sig, args):
+        values = _unpack(builder, args[0], count)
+        descs = [context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2)]
+        outputs = "{" + ", ".join(f"${i}" for i in range(count)) + "}"
+        text = f"{instruction} {outputs}, ${count}, ${count + 1}, 1, 1, 1{flags};"
+        return _tied_asm(context, builder, sig, text, values, descs, ["l", "l"])
+
+    return codegen
+
+
 def _make_wgmma_half(kind: str):
     """wgmma_f16 (kind "f16") or wgmma_bf16 (kind "bf16"): the same instruction, fragment layout and operands."""
 
@@ -125,16 +139,9 @@ def _make_wgmma_half(kind: str):
         count = _accumulators(acc)
         if 2 * count not in WGMMA_NS:
             raise TypeError(f"wgmma m64nNk16 holds N / 2 accumulators per thread for N in 8..256 by 8, got {count}")
-        flags = f"{int(trans_a.literal_value)}, {int(trans_b.literal_value)}"
-
-        def codegen(context, builder, sig, args):
-            values = _unpack(builder, args[0], count)
-            descs = [context.cast(builder, args[i], sig.args[i], types.uint64) for i in (1, 2)]
-            outputs = "{" + ", ".join(f"${i}" for i in range(count)) + "}"
-            text = (f"wgmma.mma_async.sync.aligned.m64n{2 * count}k16.f32.{kind}.{kind} {outputs}, ${count}, "
-                    f"${count + 1}, 1, 1, 1, {flags};")
-            return _tied_asm(context, builder, sig, text, values, descs, ["l", "l"])
-
+        flags = f", {int(trans_a.literal_value)}, {int(trans_b.literal_value)}"
+        codegen = _shared_operands_codegen(f"wgmma.mma_async.sync.aligned.m64n{2 * count}k16.f32.{kind}.{kind}", count,
+                                           flags)
         return acc(acc, desc_a, desc_b, trans_a, trans_b), codegen
 
     wgmma_half.__doc__ = _WGMMA_HALF_DOC.format(kind=kind)
@@ -178,6 +185,19 @@ def wgmma_tf32(typingctx, acc, a, desc_b, scale_d):
         return _tied_asm(context, builder, sig, text, values, [*words, desc], ["r"] * 4 + ["l"])
 
     return acc(acc, a, desc_b, scale_d), codegen
+
+
+@intrinsic
+def wgmma_tf32_ss(typingctx, acc, desc_a, desc_b):
+    """acc += A (64 x 8) @ B (8 x N) for this warpgroup: one ``wgmma.mma_async m64nNk8.f32.tf32.tf32``, N = 2 x
+    len(acc), both operands from shared memory, K-major (TF32 has no transposed operands), their values already
+    TF32 (the tensor cores read the top 19 bits of each). The accumulators are laid out as wgmma_f16's."""
+    count = _accumulators(acc)
+    if 2 * count not in WGMMA_NS:
+        raise TypeError(f"wgmma m64nNk8 holds N / 2 accumulators per thread for N in 8..256 by 8, got {count}")
+
+    codegen = _shared_operands_codegen(f"wgmma.mma_async.sync.aligned.m64n{2 * count}k8.f32.tf32.tf32", count)
+    return acc(acc, desc_a, desc_b), codegen
 
 
 @intrinsic
@@ -231,5 +251,5 @@ def stash_pairs(typingctx, out, index, ld, acc):
 
 
 __all__ = ["SWIZZLE_MODES", "WGMMA_NS", "descriptor", "fence_proxy_async", "smem_address", "stash_pairs",
-           "tf32_round", "wgmma_bf16", "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_tf32",
+           "tf32_round", "wgmma_bf16", "wgmma_commit", "wgmma_f16", "wgmma_fence", "wgmma_tf32", "wgmma_tf32_ss",
            "wgmma_wait"]

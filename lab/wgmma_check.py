@@ -1,5 +1,6 @@
 """Matmul on wgmma checked and timed on a Hopper GPU: float16 or bfloat16 (templates/matmul_wgmma.py.j2) or
-float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2).
+float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2; at tf32 also on TF32-rounded copies,
+ASYNC_STAGES 3 or 4, templates/matmul_wgmma.py.j2).
 
     python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tf32|3xtf32] [--quick]
 
@@ -30,6 +31,7 @@ from autotune.problem import Problem
 
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64}
 TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "ASYNC_STAGES": 0}
+COPIES = {**TF32, "ASYNC_STAGES": 4}  # tf32 on rounded copies
 CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
                        ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
                        ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"]),
@@ -39,7 +41,10 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                         ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"])],
            "tf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                     ({**TF32, "BM": 128, "BN": 256}, ["nn", "tt"]),
-                    ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])],
+                    ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"]),
+                    ({**COPIES, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
+                    ({**COPIES, "BM": 128, "BN": 256}, ["nn", "tt"]),
+                    ({**COPIES, "BM": 256, "BN": 128, "GROUP_M": 1}, ["tn", "nt"])],
            "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                       ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
                       ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
@@ -51,8 +56,10 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
          "bfloat16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                       {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
                       {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4}],
-         "tf32": [{**TF32, "BM": 128, "BN": 256}, {**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 64, "BN": 256},
-                  {**TF32, "BM": 256, "BN": 128}],
+         "tf32": [{**TF32, "BM": 128, "BN": 256}, {**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 256, "BN": 128},
+                  {**COPIES, "BM": 128, "BN": 256}, {**COPIES, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
+                  {**COPIES, "BM": 256, "BN": 128}, {**COPIES, "BM": 128, "BN": 128},
+                  {**COPIES, "BM": 128, "BN": 256, "GROUP_M": 16}],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
                     {**TF32, "BM": 64, "BN": 64}]}
 
@@ -127,10 +134,30 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
         torch.backends.cuda.matmul.allow_tf32 = False
         for params in TIMED[precision]:
             kernel = build_kernel("matmul", params, dtype, **family)
-            stages = f" stages {params['ASYNC_STAGES']}" if dtype in HALF else ""
-            row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}", lambda: kernel(dA, dB, out=dC),
+            stages = f" stages {params['ASYNC_STAGES']}" if params["ASYNC_STAGES"] else ""
+            group = f" G{params['GROUP_M']}" if "GROUP_M" in params else ""
+            row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}{group}", lambda: kernel(dA, dB, out=dC),
                 lambda: device_to_host(dC).astype(np.float32))
+        if precision == "tf32":
+            row("rounded copies of A and B alone", *rounded_copies(dA, dB, n))
     return rows
+
+
+def rounded_copies(dA, dB, n: int):
+    """The first step of a tf32 variant on rounded copies, alone (layout nn: A copied, B transposed), and what
+    it leaves in the copy of A."""
+    from autotune import tf32_copies as tc
+
+    a, b = (cuda.device_array(n * n, np.float32) for _ in range(2))
+    ins, outs = (dA.reshape(n * n), dB.reshape(n * n)), (a, b)
+    kernels = (tc.rounded_rows, tc.rounded_transpose)
+    launches = [k[tc.grid(n, n, k is tc.rounded_transpose), (tc.TILE, tc.ROWS)] for k in kernels]
+
+    def fn():
+        launches[0](ins[0], outs[0], n, n, n, n, True)
+        launches[1](ins[1], outs[1], n, n, n, n)
+
+    return fn, lambda: device_to_host(a).reshape(n, n) @ device_to_host(b).reshape(n, n).T
 
 
 def main() -> None:

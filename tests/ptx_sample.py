@@ -50,7 +50,8 @@ VARIANTS = {"tiled": ("matmul", "float32", TILED, {}),
             "wgmma": ("matmul", "float16", WGMMA, {}),
             "wgmma_tt_f32": ("matmul", "float16", WGMMA, {"layout": "tt", "out_dtype": "float32"}),
             "wgmma_3xtf32": ("matmul", "float32", WGMMA_TF32, {"precision": "3xtf32"}),
-            "wgmma_tf32_tt": ("matmul", "float32", WGMMA_TF32, {"precision": "tf32", "layout": "tt"})}
+            "wgmma_tf32_tt": ("matmul", "float32", WGMMA_TF32, {"precision": "tf32", "layout": "tt"}),
+            "wgmma_tf32_copies": ("matmul", "float32", {**WGMMA_TF32, "ASYNC_STAGES": 4}, {"precision": "tf32"})}
 
 
 def statement_form() -> str:
@@ -62,11 +63,23 @@ def statement_form() -> str:
     return ptx_of(getattr(load_source(source), kernel.kernel.py_func.__name__), kernel.signature)
 
 
+def tf32_copy(name: str) -> str:
+    """The PTX of one of autotune/tf32_copies.py's fixed kernels ("tf32_rows", "tf32_transpose")."""
+    from autotune import tf32_copies
+
+    kernel = tf32_copies.rounded_rows if name == "tf32_rows" else tf32_copies.rounded_transpose
+    flag = ", boolean" if name == "tf32_rows" else ""
+    return ptx_of(kernel, f"void(float32[::1], float32[::1], int64, int64, int64, int64{flag})")
+
+
 def main():
     out = {}
-    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements"]:
+    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements", "tf32_rows", "tf32_transpose"]:
         if name == "tiled_statements":
             out[name] = statement_form()
+            continue
+        if name.startswith("tf32_") and name not in VARIANTS:
+            out[name] = tf32_copy(name)
             continue
         kind, dtype, params, args = VARIANTS[name]
         kernel = build_kernel(kind, params, dtype, **args)

@@ -230,6 +230,31 @@ def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
         assert "serialized" not in log and " 0 bytes spill stores" in log, log
 
 
+def test_tf32_on_rounded_copies_reads_both_operands_from_shared_memory():
+    """A tf32 variant on rounded copies (ASYNC_STAGES > 0) issues wgmma m64n<BN>k8 .tf32 with both operands through
+    K-major descriptors of 128-byte-swizzled tiles (layout type 1, sbo 1024): four per K step of 32, filled by
+    16-byte cp.async copies; it rounds nothing itself, and ptxas keeps the multiplies asynchronous without
+    spilling. The copies' kernels (autotune/tf32_copies.py) round each element with cvt.rna: the row copy four
+    16-byte pieces per thread, loaded whole where aligned, the transposing one four elements."""
+    from autotune.compiler import link
+
+    ptx = ptx_sample("wgmma_tf32_copies", "tf32_rows", "tf32_transpose")
+    text = ptx["wgmma_tf32_copies"]
+    issued = re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32 \{[^}]*\}, %rd\d+, %rd\d+, "
+                        r"1, 1, 1;", text)
+    assert issued == ["128"] * 4, issued
+    assert str(1 << 62 | (1024 >> 4) << 32 | 1 << 16) in text
+    assert set(re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^]]*\], \[[^]]*\], (\d+)", text)) == {("cg", "16")}
+    assert "cvt.rna" not in text and not issues("mma", text) and not issues("ldmatrix", text)
+    assert "wgmma.wait_group.sync.aligned 1;" in text and "wgmma.wait_group.sync.aligned 0;" in text
+    _, log = link(text, (9, 0))
+    assert "serialized" not in log and " 0 bytes spill stores" in log, log
+    rows, transpose = ptx["tf32_rows"], ptx["tf32_transpose"]
+    assert rows.count("cvt.rna.tf32.f32") == 16 and rows.count("st.global.v4.f32") == 4, rows
+    assert rows.count("ld.global.v4.f32") == 4
+    assert transpose.count("cvt.rna.tf32.f32") == 4 and transpose.count("st.global.u32") == 4
+
+
 def half_precision_types(ptx: str) -> list[str]:
     """The distinct instructions of a PTX text with a 16-bit float type (.f16, .bf16, their pairs), in order of
     first use; registers (%f16, %f160, ...) are names, not types."""

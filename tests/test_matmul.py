@@ -436,7 +436,13 @@ WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf3
                      [EDGES_TF32, (64, 64, 64), (1, 1, 1)]),
                     ({**WGMMA_TF32, "GROUP_M": 1}, "float32", {"layout": "tn", "precision": "tf32"}, [ALIGNED_TF32]),
                     ({**WGMMA_TF32, "BM": 128}, "float32", {"layout": "nt", "precision": "tf32"}, [EDGES_TF32]),
-                    ({**WGMMA_TF32, "BN": 128}, "float32", {"layout": "tt", "precision": "3xtf32"}, [ALIGNED_TF32])]
+                    ({**WGMMA_TF32, "BN": 128}, "float32", {"layout": "tt", "precision": "3xtf32"}, [ALIGNED_TF32]),
+                    # tf32 on rounded copies: float16's kernel on K-major copies (nn: A copied, B transposed; tt:
+                    # the reverse)
+                    ({**WGMMA_TF32, "ASYNC_STAGES": 3}, "float32", {"layout": "nn", "precision": "tf32"},
+                     [EDGES_TF32, (1, 1, 1)]),
+                    ({**WGMMA_TF32, "BM": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, "float32",
+                     {"layout": "tt", "precision": "tf32"}, [EDGES_TF32])]
 
 
 @pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
@@ -451,7 +457,8 @@ def test_wgmma_variants(params, dtype, family, shapes, rng):
 
 def test_wgmma_applies_to_float32_at_the_tf32_precisions():
     """On float32, WGMMA is a choice of MMA 8 at precision tf32 or 3xtf32, BK 32, loads through registers; 3xtf32's
-    second accumulator tile bounds its tiles' width."""
+    second accumulator tile bounds its tiles' width. At tf32, ASYNC_STAGES 3 or 4 reads rounded copies through
+    cp.async instead (float16's kernel, its limits); 3xtf32 splits in registers and has no such form."""
     space = load_space("matmul")
     params = {k: v for k, v in WGMMA_TF32.items() if k != "ASYNC_STAGES"}
     for precision in ("tf32", "3xtf32"):
@@ -462,10 +469,15 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
         space.validate(params, dtype="float32", family={"layout": "nn", "precision": "ieee"})
     family = {"layout": "nn", "precision": "tf32"}
     for bad, message in (({"BK": 16}, "BK must be 32"), ({"MMA": 16}, "MMA must be 8"),
-                         ({"ASYNC_STAGES": 3}, "ASYNC_STAGES must be 0"), ({"BN": 32}, "64, 128 or 256"),
-                         ({"BM": 256, "BN": 256}, "registers per thread")):
+                         ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"), ({"BN": 32}, "64, 128 or 256"),
+                         ({"BM": 256, "BN": 256}, "registers per thread"),
+                         ({"BM": 256, "BN": 256, "ASYNC_STAGES": 4}, "registers per thread")):
         with pytest.raises(ValueError, match=message):
             space.validate({**params, **bad}, dtype="float32", family=family)
+    copies = {**params, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}
+    assert space.validate(copies, dtype="float32", family=family) == {"strategy": "tiled", **copies, "GROUP_M": 8}
+    with pytest.raises(ValueError, match="at 3xtf32 splits .*ASYNC_STAGES must be 0"):
+        space.validate(copies, dtype="float32", family={**family, "precision": "3xtf32"})
     space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family=family)
     with pytest.raises(ValueError, match="registers per thread"):
         space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family={**family, "precision": "3xtf32"})

@@ -51,6 +51,14 @@ def is_wgmma_tf32(p: Mapping[str, Any]) -> bool:
     return is_wgmma(p) and p.get("MMA") == 8
 
 
+def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
+    """A TF32 wgmma variant fed by cp.async (ASYNC_STAGES > 0, precision tf32): its operands are first rounded to
+    TF32 into K-major copies (autotune/tf32_copies.py), which float16's kernel then multiplies from shared memory
+    (templates/matmul_wgmma.py.j2 with TF32). With ASYNC_STAGES 0 they are rounded on their way through registers
+    (templates/matmul_wgmma_tf32.py.j2)."""
+    return is_wgmma_tf32(p) and p.get("ASYNC_STAGES", 0) > 0
+
+
 def matmul_threads(p: Mapping[str, Any]) -> int:
     if not is_tiled(p):
         return 256
@@ -68,11 +76,12 @@ def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
 
 
 def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
-    """The operand tiles (float16: ASYNC_STAGES of A and B; TF32: B alone, two buffers of a big and a small part
-    at 3xtf32, three of one part at tf32, whichever is larger, as this does not know the precision) or, after them
+    """The operand tiles (float16 and TF32 read from rounded copies: ASYNC_STAGES of A and B; TF32 otherwise: B
+    alone, two buffers of a big and a small part at 3xtf32, three of one part at tf32, whichever is larger, as this
+    does not know the precision) or, after them
     in the same memory, the BM x (BN + 8) tile of C (float32 at most); and up to 1024 bytes to the first boundary
     of the swizzle's atoms."""
-    if is_wgmma_tf32(p):
+    if is_wgmma_tf32(p) and not reads_rounded_copies(p):
         operands = 2 * 2 * p["BN"] * p["BK"] * itemsize
     else:
         operands = p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize
@@ -258,7 +267,7 @@ def _wgmma_fits(p, ctx):
         return (f"WGMMA=1 on float32 reads shared rows of 32 floats (128 bytes, the swizzle's span): BK must be 32, "
                 f"not {p['BK']}")
     if p["ASYNC_STAGES"]:
-        return "WGMMA=1 on float32 loads its tiles through registers, where they are rounded: ASYNC_STAGES must be 0"
+        return _wgmma_copies_fit(p, precision)
     if 4 * p["BN"] < p["BM"]:
         return (f"WGMMA=1 on float32: BN={p['BN']} is too narrow for BM={p['BM']} (each thread loads whole 16-byte "
                 f"pieces of B)")
@@ -271,11 +280,15 @@ def _wgmma_fits(p, ctx):
     return None
 
 
-def _wgmma_f16_fits(p, ctx):
-    if p["MMA"] != 16:
-        return f"WGMMA=1 on {ctx.dtype} issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
-    if p["BK"] != 64:
-        return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
+def _wgmma_copies_fit(p, precision):
+    if precision != "tf32":
+        return ("WGMMA=1 at 3xtf32 splits its operands on their way through registers: ASYNC_STAGES must be 0 (the "
+                "cp.async pipeline reads operands rounded beforehand, precision tf32)")
+    return _async_wgmma_fits(p)
+
+
+def _async_wgmma_fits(p):
+    """The cp.async-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers."""
     if p["ASYNC_STAGES"] not in (3, 4):
         return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
                 f"not {p['ASYNC_STAGES']}")
@@ -284,6 +297,14 @@ def _wgmma_f16_fits(p, ctx):
         return (f"WGMMA=1: {matmul_threads(p)} threads leave {registers} registers per thread, where {p['BN'] // 2} "
                 f"accumulators and the copies need about {p['BN'] // 2 + 64}")
     return None
+
+
+def _wgmma_f16_fits(p, ctx):
+    if p["MMA"] != 16:
+        return f"WGMMA=1 on {ctx.dtype} issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
+    if p["BK"] != 64:
+        return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
+    return _async_wgmma_fits(p)
 
 
 def _split_add_fits(p, ctx):
@@ -377,7 +398,8 @@ class MatmulFamily(KernelFamily):
         if not is_tiled(params):
             return "matmul_seed.py.j2"
         if is_wgmma(params):
-            return "matmul_wgmma_tf32.py.j2" if is_wgmma_tf32(params) else "matmul_wgmma.py.j2"
+            tf32_registers = is_wgmma_tf32(params) and not reads_rounded_copies(params)
+            return "matmul_wgmma_tf32.py.j2" if tf32_registers else "matmul_wgmma.py.j2"
         return "matmul_mma.py.j2" if params.get("MMA", 0) else "matmul_tiled.py.j2"
 
     def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
@@ -399,7 +421,10 @@ class MatmulFamily(KernelFamily):
         threads = matmul_threads(params)
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
-                       OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"))
+                       OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
+                       TF32=reads_rounded_copies(params))
+            if ctx["TF32"]:  # the copies are K-major whatever the layout: A as M x K, B as N x K
+                ctx.update(TRANS_A=False, TRANS_B=True, EL0="float32(0)")
             return ctx
         vec = params["VEC"]
         mma = ctx["MMA"]

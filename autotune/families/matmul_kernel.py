@@ -3,7 +3,8 @@
 A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
 SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
 belong to the kernel object and are kept per stream (see autotune/streams.py), so calls on different streams
-never share them.
+never share them. So are the TF32-rounded copies of A and B that a variant reading rounded copies multiplies
+((M + N) x K floats; see autotune/tf32_copies.py): each call first writes them, then the wgmma kernel reads them.
 """
 from __future__ import annotations
 
@@ -17,7 +18,8 @@ from ..dtypes import kernel_view, storage
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .matmul import accumulator_dtype, dynamic_shared_bytes, is_wgmma, kernel_args, matmul_threads, split_add
+from .matmul import (accumulator_dtype, dynamic_shared_bytes, is_wgmma, kernel_args, matmul_threads,
+                     reads_rounded_copies, split_add)
 
 INT32_MAX = 2**31 - 1
 WGMMA_VECTOR_BYTES = 16  # wgmma variants copy A and B, and store C, in 16-byte pieces
@@ -49,6 +51,7 @@ class MatmulKernel(Planned, Kernel):
         self.entry = module.matmul
         self.arg_names = kernel_args(params)
         self._launches: dict[tuple[int, int, int], tuple] = {}
+        self._copies: dict[tuple, tuple] = {}
         self._int = np.int32 if index_type(params) == "int32" else np.int64
         self._stand_ins = None
         self._vecs = self._vectors()
@@ -176,6 +179,8 @@ class MatmulKernel(Planned, Kernel):
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
         configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
+        if reads_rounded_copies(p):
+            a_flat, b_flat, lda, ldb = self._rounded_copies(a_flat, b_flat, M, N, K, lda, ldb, stream)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld, vec in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs))
         if split_add(p) in ("atomic", "vector"):  # the slices add into C
@@ -186,3 +191,28 @@ class MatmulKernel(Planned, Kernel):
                   "vec_b": vec_b, "vec_c": vec_c}
         self._enqueue(configured, *(values[name] for name in self.arg_names))
 
+    def _rounded_copies(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int, stream) -> tuple:
+        """Enqueues the launches that round A into an M x K copy and B into an N x K one (K-major both, rows
+        tf32_copies.rounded_ld(K) apart), kept per shape and stream; returns the copies and their row strides."""
+        from .. import tf32_copies as tc
+
+        key = (M, N, K, stream_key(stream))
+        if key not in self._copies:
+            from numba import cuda
+
+            ld = tc.rounded_ld(K)
+            copies = []
+            for rows, transposed in ((M, self.layout[0] == "t"), (N, self.layout[1] == "n")):
+                kernel = tc.rounded_transpose if transposed else tc.rounded_rows
+                copies.append((configure(kernel, tc.grid(rows, K, transposed), (tc.TILE, tc.ROWS), 0, self.simulator,
+                                         stream), cuda.device_array(rows * ld, dtype=np.float32), np.int64(rows)))
+            self._copies[key] = (copies, np.int64(K), np.int64(ld))
+        copies, k, ld = self._copies[key]
+        for (configured, copy, rows), source, ld_source, transposed in zip(copies, (a_flat, b_flat), (lda, ldb),
+                                                                           (self.layout[0] == "t",
+                                                                            self.layout[1] == "n")):
+            args = [source, copy, rows, k, np.int64(ld_source), ld]
+            if not transposed:  # whether each row of the source is whole 16-byte pieces
+                args.append(bool(arrays.aligned(source, 4) and ld_source % 4 == 0))
+            self._enqueue(configured, *args)
+        return copies[0][1], copies[1][1], int(ld), int(ld)
