@@ -6,9 +6,11 @@ TF32 wgmma takes operands from shared memory K-major only and reads the top 19 b
 which the family's tf32 oracle holds our kernels to. So each operand is rounded once, here, into a row-major copy
 whose rows run along K: A as M x K, B as N x K (a row-major B transposed). Rows are ``ld`` floats apart, ``ld``
 the next multiple of 4 at or above K, so every row starts 16-byte aligned for the kernel's cp.async copies; the
-pad is never read. Both kernels move 32 x 32 tiles with 32 x 8 threads, each thread four elements; the
-transposing one through a shared tile (33 columns: a column read is conflict-free), so global reads and writes
-both run along rows. They are fixed kernels, compiled once per process (and cached on disk), not generated.
+multiply never reads the pad. Blocks of 32 x 8 threads: the row copy moves 32 rows of 128 columns, each thread a
+16-byte piece of four rows; the transposing one 32 x 32 tiles through a shared tile (33 columns: a column read is
+conflict-free), each thread four elements, so global reads and writes both run along rows. Each thread issues all
+its loads before its stores. They are fixed kernels, compiled once per process (and cached on disk), not
+generated.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ from numba import cuda, float32
 
 from . import backend
 
-TILE, ROWS = 32, 8  # a block moves TILE x TILE elements (rows: TILE x 4 TILE) with TILE x ROWS threads
+TILE, ROWS = 32, 8  # a block of TILE x ROWS threads moves TILE rows (of 4 TILE columns in the row copy)
 PER = TILE // ROWS  # rows of a tile each thread moves
 PADDED = TILE + 1  # the shared tile's row: a column of it falls on distinct banks
 MAX_GRID_Y = 65535

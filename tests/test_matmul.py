@@ -455,6 +455,29 @@ def test_wgmma_variants(params, dtype, family, shapes, rng):
         assert check_with_oracle(k, Problem("matmul", shape, dtype, family), rng) == [None, None], (shape, params)
 
 
+def test_each_call_rounds_its_operands_again(rng):
+    """A tf32 variant on rounded copies writes the copies in every call (they are steps of its plan): a second call
+    with new values in the same arrays multiplies the new values; the copies follow the layout."""
+    from autotune.families.matmul import tf32_round
+
+    params = {**WGMMA_TF32, "ASYNC_STAGES": 3}
+    for layout in ("nn", "tt"):
+        k = build_kernel("matmul", params, "float32", layout=layout, precision="tf32")
+        M, N, K = 37, 45, 41
+        stored = [(K, M) if layout[0] == "t" else (M, K), (N, K) if layout[1] == "t" else (K, N)]
+        dA, dB = (cuda.to_device(np.zeros(shape, np.float32)) for shape in stored)
+        A, B = (x.ravel().reshape(x.shape[::-1], order="F") if t == "t" else x for x, t in zip((dA, dB), layout))
+        C = poisoned((M, N), np.float32)
+        for data in (small_integers, random_matrix):
+            hosts = [data(rng, shape, np.float32) for shape in stored]
+            dA.copy_to_device(hosts[0])
+            dB.copy_to_device(hosts[1])
+            k(A, B, out=C)
+            a64, b64 = (h.T if t == "t" else h for h, t in zip(hosts, layout))
+            expected = tf32_round(a64).astype(np.float64) @ tf32_round(b64).astype(np.float64)
+            np.testing.assert_allclose(C.copy_to_host(), expected, rtol=1e-5, atol=1e-4)
+
+
 def test_wgmma_applies_to_float32_at_the_tf32_precisions():
     """On float32, WGMMA is a choice of MMA 8 at precision tf32 or 3xtf32, BK 32, loads through registers; 3xtf32's
     second accumulator tile bounds its tiles' width. At tf32, ASYNC_STAGES 3 or 4 reads rounded copies through

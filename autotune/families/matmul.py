@@ -78,9 +78,8 @@ def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
 def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
     """The operand tiles (float16 and TF32 read from rounded copies: ASYNC_STAGES of A and B; TF32 otherwise: B
     alone, two buffers of a big and a small part at 3xtf32, three of one part at tf32, whichever is larger, as this
-    does not know the precision) or, after them
-    in the same memory, the BM x (BN + 8) tile of C (float32 at most); and up to 1024 bytes to the first boundary
-    of the swizzle's atoms."""
+    does not know the precision) or, after them in the same memory, the BM x (BN + 8) tile of C (float32 at most);
+    and up to 1024 bytes to the first boundary of the swizzle's atoms."""
     if is_wgmma_tf32(p) and not reads_rounded_copies(p):
         operands = 2 * 2 * p["BN"] * p["BK"] * itemsize
     else:

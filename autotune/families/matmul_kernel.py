@@ -201,18 +201,17 @@ class MatmulKernel(Planned, Kernel):
             from numba import cuda
 
             ld = tc.rounded_ld(K)
-            copies = []
+            steps = []
             for rows, transposed in ((M, self.layout[0] == "t"), (N, self.layout[1] == "n")):
                 kernel = tc.rounded_transpose if transposed else tc.rounded_rows
-                copies.append((configure(kernel, tc.grid(rows, K, transposed), (tc.TILE, tc.ROWS), 0, self.simulator,
-                                         stream), cuda.device_array(rows * ld, dtype=np.float32), np.int64(rows)))
-            self._copies[key] = (copies, np.int64(K), np.int64(ld))
-        copies, k, ld = self._copies[key]
-        for (configured, copy, rows), source, ld_source, transposed in zip(copies, (a_flat, b_flat), (lda, ldb),
-                                                                           (self.layout[0] == "t",
-                                                                            self.layout[1] == "n")):
-            args = [source, copy, rows, k, np.int64(ld_source), ld]
+                configured = configure(kernel, tc.grid(rows, K, transposed), (tc.TILE, tc.ROWS), 0, self.simulator,
+                                       stream)
+                steps.append((configured, cuda.device_array(rows * ld, dtype=np.float32), rows, transposed))
+            self._copies[key] = steps, ld
+        steps, ld = self._copies[key]
+        for (configured, copy, rows, transposed), source, ld_source in zip(steps, (a_flat, b_flat), (lda, ldb)):
+            args = [source, copy, np.int64(rows), np.int64(K), np.int64(ld_source), np.int64(ld)]
             if not transposed:  # whether each row of the source is whole 16-byte pieces
                 args.append(bool(arrays.aligned(source, 4) and ld_source % 4 == 0))
             self._enqueue(configured, *args)
-        return copies[0][1], copies[1][1], int(ld), int(ld)
+        return steps[0][1], steps[1][1], ld, ld
