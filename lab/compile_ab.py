@@ -7,9 +7,10 @@ REV is a git revision whose tests/golden/ holds the "before" renders (the golden
 at that revision). For each distinct configuration of the committed database (both GPU files), each side is compiled
 in a fresh process, cold, with the real compiler for sm_90 (Numba -> NVVM -> PTX, nvJitLink -> cubin; no GPU
 needed), RUNS times; the median wall time of the compile call is reported. The cubin's SASS (nvdisasm, from
-`pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA/DMMA (the math),
-LDS, LDG and all instructions, and ptxas gives registers and spills; "same SASS" compares the whole SASS of both
-sides with the kernel's name taken out. ``--changed-only`` skips configurations whose render did not change.
+`pip install nvidia-cuda-nvdisasm`) gives the hottest loop's instruction counts per trip: FFMA, DMMA, HMMA or HGMMA
+(the math), LDS, LDG and all instructions, and ptxas gives registers and spills; "same SASS" compares the whole
+SASS of both sides with the kernel's name taken out. ``--changed-only`` skips configurations whose render did not
+change. An entry new since REV, or tuned to other parameters, is compiled on the after side only ("-" before).
 Prints a Markdown table. ``--before-env`` sets environment variables for the before side only
 (``AUTOTUNE_NUMBA_PATCH=0``: numba-cuda's own passes; ``=lowering``: only the linear lowering pass).
 """
@@ -73,7 +74,7 @@ def loop_counts(cubin: Path) -> dict[str, int | str]:
     sass = subprocess.run([nvdisasm(), "-c", str(cubin)], check=True, capture_output=True, text=True).stdout
     mix = collections.Counter(op.split(".")[0] for line in hottest_loop(sass) if (op := opcode(line)))
     unnamed = re.sub(r"_ZN\w+", "NAME", sass)
-    return {"math": mix["FFMA"] + mix["DMMA"] + mix["HMMA"], "LDS": mix["LDS"], "LDG": mix["LDG"],
+    return {"math": mix["FFMA"] + mix["DMMA"] + mix["HMMA"] + mix["HGMMA"], "LDS": mix["LDS"], "LDG": mix["LDG"],
             "all": sum(mix.values()), "sass": hashlib.sha256(unnamed.encode()).hexdigest()[:12]}
 
 
@@ -112,6 +113,24 @@ def golden_now() -> dict[str, str]:
     return current_renders()
 
 
+def params_at(rev: str) -> dict[str, dict]:
+    """The parameters of each entry of the database files at ``rev``, named as in tests/golden/index.yaml."""
+    sys.path.insert(0, str(ROOT))
+    from autotune.db import load_file
+
+    names = subprocess.run(["git", "ls-tree", "--name-only", rev, "tuned_db/"], cwd=ROOT, check=True,
+                           capture_output=True, text=True).stdout.split()
+    found = {}
+    with tempfile.TemporaryDirectory() as folder:
+        for name in (n for n in names if n.endswith(".yaml")):
+            path = Path(folder) / Path(name).name
+            path.write_text(subprocess.run(["git", "show", f"{rev}:{name}"], cwd=ROOT, check=True,
+                                           capture_output=True, text=True).stdout)
+            for e in load_file(path, strict=True).entries:
+                found[f"{path.name}: {e.problem.key} gpu"] = e.params
+    return found
+
+
 def jobs(prefix: str) -> list[tuple[dict, str]]:
     """One job per distinct configuration of the committed database, with the golden index name of one entry."""
     sys.path.insert(0, str(ROOT))
@@ -133,6 +152,25 @@ def jobs(prefix: str) -> list[tuple[dict, str]]:
     return found
 
 
+def table_row(job: dict, old: dict | None, new: dict) -> str:
+    """One entry's row; an entry new since the before revision, or tuned to other parameters, has "-" on its
+    before side."""
+    def pair(field) -> str:
+        return f"{'-' if old is None else field(old)} / {field(new)}"
+
+    def seconds(m: dict) -> str:
+        return f"{m['seconds']:.1f}"
+
+    loop = new["loop"]
+    same = old is None or all(old["loop"][k] == loop[k] for k in ("math", "LDS", "LDG"))
+    same_sass = "-" if old is None else "yes" if old["loop"]["sass"] == loop["sass"] else "no"
+    cells = [job["key"], pair(lambda m: m["lines"]), pair(seconds), pair(lambda m: m["registers"]),
+             pair(lambda m: m["spill"])]
+    cells += [pair(lambda m, k=k: m["loop"][k]) for k in ("math", "LDS", "LDG")]
+    cells += [pair(lambda m: m["loop"]["all"]) + ("" if same else " (DIFFERENT)"), same_sass]
+    return "| " + " | ".join(str(c) for c in cells) + " |"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--before", required=True, help="git revision whose tests/golden/ holds the before renders")
@@ -148,18 +186,14 @@ def main() -> None:
     rows = ["| entry | lines before / after | compile s before / after | registers before / after | spill B | "
             "math per trip | LDS | LDG | all instructions per trip before / after | same SASS |", "|" + "---|" * 10]
     current = golden_now() if a.changed_only else {}
+    before_params = params_at(a.before)
     for job, golden_name in jobs(a.entries):
-        if a.changed_only and current[golden_name] == before[golden_name]:
+        # None: an entry the database did not have at REV, or with other parameters (another kernel)
+        source = before.get(golden_name) if before_params.get(golden_name) == job["params"] else None
+        if a.changed_only and source is not None and current[golden_name] == source:
             continue
-        old = measure(job, before[golden_name], a.runs, before_env)
-        new = measure(job, None, a.runs)
-        same = all(old["loop"][k] == new["loop"][k] for k in ("math", "LDS", "LDG"))
-        same_sass = "yes" if old["loop"]["sass"] == new["loop"]["sass"] else "no"
-        rows.append(f"| {job['key']} | {old['lines']} / {new['lines']} | {old['seconds']:.1f} / {new['seconds']:.1f} | "
-                    f"{old['registers']} / {new['registers']} | {old['spill']} / {new['spill']} | "
-                    f"{old['loop']['math']} / {new['loop']['math']} | {old['loop']['LDS']} / {new['loop']['LDS']} | "
-                    f"{old['loop']['LDG']} / {new['loop']['LDG']} | {old['loop']['all']} / {new['loop']['all']}"
-                    f"{'' if same else ' (DIFFERENT)'} | {same_sass} |")
+        old = measure(job, source, a.runs, before_env) if source is not None else None
+        rows.append(table_row(job, old, measure(job, None, a.runs)))
         print(rows[-1], flush=True)
     emit(rows, a.out)
 
