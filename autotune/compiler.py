@@ -158,13 +158,18 @@ def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:
 
 
 def compile_ahead_report(kernel, cc: tuple[int, int] | None) -> ResourceReport:
-    """Compile a kernel ahead: with ``cc`` None for this process's GPU (which fills Numba's disk cache, so later
-    processes load it), else for that compute capability to a cubin, no GPU needed; its resources either way."""
+    """Compile a kernel ahead, and the fixed kernels it launches besides (``Kernel.helper_kernels``): with ``cc``
+    None for this process's GPU (which fills Numba's disk cache, so later processes load them), else for that
+    compute capability to a cubin, no GPU needed; the kernel's resources either way."""
     if cc is None:
         from .device import current_device
 
         kernel.entry.compile(kernel.signature)
+        for helper, signature in kernel.helper_kernels():
+            helper.compile(signature)
         return ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
+    for helper, signature in kernel.helper_kernels():
+        link(ptx_of(helper, signature, cc), cc)
     return resource_report(kernel.entry, kernel.signature, cc=cc)
 
 

@@ -130,6 +130,11 @@ class Kernel:
         """The Numba dispatcher (``entry``), by the name the first releases gave it."""
         return self.entry
 
+    def helper_kernels(self) -> list[tuple[Any, str]]:
+        """Fixed kernels a call launches besides ``entry``, as (dispatcher, signature): compiled ahead with it
+        (``compiler.compile_ahead_report``), so a later process loads them from Numba's disk cache. None here."""
+        return []
+
 
 class KernelFamily(abc.ABC):
     """The protocol a kernel family implements; see the module docstring for the contract."""

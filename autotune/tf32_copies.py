@@ -93,6 +93,10 @@ def rounded_transpose(X, Y, rows, cols, ldx, ldy):
         cuda.syncthreads()
 
 
+SIGNATURES = {"rounded_rows": "void(float32[::1], float32[::1], int64, int64, int64, int64, boolean)",
+              "rounded_transpose": "void(float32[::1], float32[::1], int64, int64, int64, int64)"}  # as launched
+
+
 def grid(rows: int, cols: int, transposed: bool) -> tuple[int, int]:
     """The grid of a copy of rows x cols: one block per tile along the copy's rows (transposed: x then runs over
     the copy's rows) or per 4 TILE of its columns, the other dimension strided where it would pass the grid's

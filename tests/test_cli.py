@@ -153,16 +153,19 @@ def test_help_lists_each_familys_own_options_and_parameters(tmp_path):
 
 
 def test_warm_compiles_a_small_database_for_a_compute_capability_without_a_gpu(tmp_path):
-    """`autotune warm --cc 9.0` on a database file: each entry compiled to a cubin for sm_90 on the CPU, with its
-    registers, spills and compile seconds printed."""
+    """`autotune warm --cc 9.0` on a database file: each entry compiled to a cubin for sm_90 on the CPU (a tf32
+    entry on rounded copies with the copy kernels it launches first), with its registers, spills and compile
+    seconds printed."""
     path = tmp_path / "gpu.yaml"
+    copies = {"BM": 64, "BN": 64, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 3}  # and its two copy kernels
     db.write_entries(path, {"name": "Some GPU", "cc": "9.0"},
-                     [entry("reduce", (1000,), {"BLOCK": 64}), entry("reduce", (1000,), {"BLOCK": 128}, op="max")])
+                     [entry("reduce", (1000,), {"BLOCK": 64}), entry("reduce", (1000,), {"BLOCK": 128}, op="max"),
+                      entry("matmul", (64, 64, 64), copies, precision="tf32")])
     out = cli("warm", "--db", str(path), "--cc", "9.0", "--jobs", "2", cwd=tmp_path, simulator=False, timeout=600)
     assert out.returncode == 0, out.stdout + out.stderr
     lines = [line for line in out.stdout.splitlines() if line.startswith("ok")]
-    assert len(lines) == 2 and all("registers" in line and "spill bytes    0" in line for line in lines)
-    assert "2 of 2 compiled" in out.stdout
+    assert len(lines) == 3 and all("registers" in line and "spill bytes    0" in line for line in lines)
+    assert "3 of 3 compiled" in out.stdout
     none = cli("warm", cwd=tmp_path, simulator=False)
     assert none.returncode == 3 and "--cc" in none.stderr
 

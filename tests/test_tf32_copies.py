@@ -60,3 +60,30 @@ def test_a_grid_smaller_than_the_copy_strides_over_it(rng):
     got = copied(tc.rounded_transpose, x, cols, rows, cols, (tc.grid(cols, rows, True)[0], 1))
     np.testing.assert_array_equal(got[:, :rows], tf32_round(x.T))
     assert tc.grid(10, 10**7, True)[1] == tc.MAX_GRID_Y and tc.grid(10**7, 10, False)[1] == tc.MAX_GRID_Y
+
+
+@pytest.mark.parametrize("layout,names", [("nn", ["rounded_rows", "rounded_transpose"]), ("tn", ["rounded_transpose"]),
+                                          ("nt", ["rounded_rows"])])
+def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(layout, names, rng):
+    """A variant on rounded copies names, as kernels to compile ahead with it, the copy kernels its layout launches,
+    each with the signature of the arguments it is launched with; other variants name none."""
+    import numba
+    from numba.core import sigutils
+
+    from autotune import build_kernel
+
+    params = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}
+    k = build_kernel("matmul", params, "float32", layout=layout, precision="tf32")
+    assert [helper.__name__ for helper, _ in k.helper_kernels()] == names
+    launched = []
+    k._enqueue = lambda configured, *args: launched.append(args)
+    M, N, K = 33, 40, 21
+    A, B = (cuda.to_device(np.zeros(n, np.float32)) for n in (M * K, K * N))
+    k.launch(A, B, cuda.device_array(M * N, np.float32), M, N, K, M if layout[0] == "t" else K,
+             K if layout[1] == "t" else N)
+    for (helper, signature), args in zip(k.helper_kernels(), launched):  # A's copy is launched first
+        types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
+                      for a in args)
+        assert types == sigutils.normalize_signature(signature)[0], helper.__name__
+    other = build_kernel("matmul", {**params, "ASYNC_STAGES": 0}, "float32", layout=layout, precision="tf32")
+    assert other.helper_kernels() == []

@@ -191,6 +191,16 @@ class MatmulKernel(Planned, Kernel):
                   "vec_b": vec_b, "vec_c": vec_c}
         self._enqueue(configured, *(values[name] for name in self.arg_names))
 
+    def helper_kernels(self) -> list[tuple[Any, str]]:
+        """The copy kernels a variant reading rounded copies launches first (for its layout); none otherwise."""
+        if not reads_rounded_copies(self.params):
+            return []
+        from .. import tf32_copies as tc
+
+        kernels = {tc.rounded_transpose if transposed else tc.rounded_rows
+                   for transposed in (self.layout[0] == "t", self.layout[1] == "n")}
+        return [(k, tc.SIGNATURES[k.__name__]) for k in sorted(kernels, key=lambda k: k.__name__)]
+
     def _rounded_copies(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int, stream) -> tuple:
         """Enqueues the launches that round A into an M x K copy and B into an N x K one (K-major both, rows
         tf32_copies.rounded_ld(K) apart), kept per shape and stream; returns the copies and their row strides."""
