@@ -64,7 +64,7 @@ def test_a_grid_smaller_than_the_copy_strides_over_it(rng):
 
 @pytest.mark.parametrize("layout,names", [("nn", ["rounded_rows", "rounded_transpose"]), ("tn", ["rounded_transpose"]),
                                           ("nt", ["rounded_rows"])])
-def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(layout, names, rng):
+def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(layout, names, rng, monkeypatch):
     """A variant on rounded copies names, as kernels to compile ahead with it, the copy kernels its layout launches,
     each with the signature of the arguments it is launched with; other variants name none."""
     import numba
@@ -76,7 +76,7 @@ def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(
     k = build_kernel("matmul", params, "float32", layout=layout, precision="tf32")
     assert [helper.__name__ for helper, _ in k.helper_kernels()] == names
     launched = []
-    k._enqueue = lambda configured, *args: launched.append(args)
+    monkeypatch.setattr(k, "_enqueue", lambda configured, *args: launched.append(args))  # k is a cached object
     M, N, K = 33, 40, 21
     A, B = (cuda.to_device(np.zeros(n, np.float32)) for n in (M * K, K * N))
     k.launch(A, B, cuda.device_array(M * N, np.float32), M, N, K, M if layout[0] == "t" else K,
