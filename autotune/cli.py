@@ -45,12 +45,30 @@ def main(argv: list[str] | None = None) -> int:
         args.argv = argv
         return args.run(args)
     except KeyboardInterrupt:
-        print("interrupted; everything measured so far is in the study and is used when you run again",
-              file=sys.stderr)
-        return 130
+        return _interrupted()
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
+        if _raised_while_interrupted(exc):
+            return _interrupted()
         print(f"autotune: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def _interrupted() -> int:
+    print("interrupted; everything measured so far is in the study and is used when you run again", file=sys.stderr)
+    return 130
+
+
+def _raised_while_interrupted(exc: BaseException) -> bool:
+    """Whether ``exc`` was raised while a Ctrl-C was being handled: Optuna's journal lock, cut short by the
+    interrupt, raises its own error from its clean-up (a lock file already renamed, or not yet), which is the
+    interrupt's consequence, not a failure of the run."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, KeyboardInterrupt):
+            return True
+        seen.add(id(exc))
+        exc = exc.__context__
+    return False
 
 
 def preload_families(argv: list[str]) -> dict[str, list[str]]:

@@ -241,3 +241,27 @@ def test_a_time_limit_is_shared_among_the_shapes_left(tmp_path, monkeypatch):
     assert cli_module.run_time_limit(args(shape=["40"])) is None
     assert cli_module.run_time_limit(args(time_limit=0.0)) is None
     assert cli_module.run_time_limit(args(shape=["40"], time_limit=60.0)) == 60.0
+
+
+def test_an_error_raised_while_ctrl_c_is_handled_ends_as_the_interrupt(monkeypatch, capsys):
+    """Optuna's journal lock, cut short by Ctrl-C, raises an OSError from its clean-up (seen in CI: the lock file's
+    rename not found); the command then ends as interrupted (130), not as an error (2). An OSError of its own
+    stays an error."""
+    from autotune import cli as cli_module
+
+    def cut_short(argv):
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise FileNotFoundError(2, "No such file or directory", "study.journal.lock1234.rename")
+
+    monkeypatch.setattr(cli_module, "preload_families", cut_short)
+    assert cli_module.main(["reduce"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+
+    def fails(argv):
+        raise FileNotFoundError(2, "No such file or directory", "somewhere")
+
+    monkeypatch.setattr(cli_module, "preload_families", fails)
+    assert cli_module.main(["reduce"]) == 2
+    assert "autotune: error:" in capsys.readouterr().err
