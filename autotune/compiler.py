@@ -6,6 +6,7 @@ compiling again. Files are never rewritten in place.
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
@@ -169,8 +170,15 @@ def compile_ahead_report(kernel, cc: tuple[int, int] | None) -> ResourceReport:
             helper.compile(signature)
         return ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
     for helper, signature in kernel.helper_kernels():
-        link(ptx_of(helper, signature, cc), cc)
+        _helper_linked(helper, signature, cc)
     return resource_report(kernel.entry, kernel.signature, cc=cc)
+
+
+@functools.lru_cache(maxsize=None)
+def _helper_linked(helper, signature: str, cc: tuple[int, int]) -> None:
+    """A fixed helper kernel compiled and linked for ``cc`` (a check that it builds): once per process, however
+    many variants launch it."""
+    link(ptx_of(helper, signature, cc), cc)
 
 
 def link(ptx: str, cc: tuple[int, int] = DEFAULT_CC) -> tuple[bytes, str]:

@@ -81,6 +81,7 @@ def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(
     A, B = (cuda.to_device(np.zeros(n, np.float32)) for n in (M * K, K * N))
     k.launch(A, B, cuda.device_array(M * N, np.float32), M, N, K, M if layout[0] == "t" else K,
              K if layout[1] == "t" else N)
+    assert len(launched) == 3  # the two copies, then the multiply
     for (helper, signature), args in zip(k.helper_kernels(), launched):  # A's copy is launched first
         types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
                       for a in args)
