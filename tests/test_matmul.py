@@ -227,7 +227,13 @@ def test_dtype_and_layout_errors():
 MMA = [({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 8, "MMA": 4, "A_SMEM": "mmajor"}, "nn"),
        ({"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 8, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "EDGE": "clamp"}, "tt"),
        ({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 1, "UNROLL_K": 16, "MMA": 16, "SPLIT_K": 2,
-         "PREFETCH": 0}, "tn")]
+         "PREFETCH": 0}, "tn"),
+       ({"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 16, "VEC": 2, "UNROLL_K": 16, "MMA": 16, "A_SMEM": "mmajor",
+         "ASYNC_STAGES": 3, "EDGE": "clamp"}, "nt"),
+       ({"BM": 32, "BN": 32, "TM": 4, "TN": 4, "BK": 16, "VEC": 2, "UNROLL_K": 8, "MMA": 8, "ASYNC_STAGES": 2,
+         "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "tt"),
+       ({"BM": 32, "BN": 16, "TM": 2, "TN": 2, "BK": 16, "VEC": 2, "UNROLL_K": 16, "MMA": 16, "A_SMEM": "mmajor",
+         "ASYNC_STAGES": 4}, "nn")]
 
 
 @pytest.mark.parametrize("params,layout", MMA)

@@ -199,7 +199,6 @@ def test_tensor_core_variants_are_float64_or_a_tf32_precision(matmul_space):
     ({"BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 1}, "TN=1 must be even"),
     ({"BM": 64, "TM": 16}, "8 x 4 lanes must tile the BM/TM x BN/TN = 4 x 16 thread grid"),
     ({"MIN_BLOCKS": 2}, "256 threads x 2 blocks per SM leave 128 registers per thread"),
-    ({"ASYNC_STAGES": 3}, "fed by the cp.async pipeline"),
     ({"THREAD_LAYOUT": "strided"}, "parameter THREAD_LAYOUT does not apply"),
 ])
 def test_tensor_core_variants_are_checked(matmul_space, change, message):

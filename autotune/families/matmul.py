@@ -228,10 +228,6 @@ def _mma_fits(p, ctx):
                 f"{p['BN'] // p['TN']} thread grid")
     if p["UNROLL_K"] % k:
         return f"MMA={k} must divide UNROLL_K={p['UNROLL_K']} (whole mma steps per unrolled trip)"
-    if p["ASYNC_STAGES"] and ctx.dtype == "float64":
-        return (f"MMA={k} with ASYNC_STAGES={p['ASYNC_STAGES']}: fp64 mma variants fed by the cp.async pipeline "
-                "faulted now and then on the H200 before the transposed-operand fix, and ran 1.03-1.23x slower than "
-                "the same tiles without it (benchmarks/NOTES.md items 19, 45)")
     n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
     tiles = 2 if precision == "3xtf32" else 1  # 3xtf32 sums each shared tile in a tile of its own
     accumulators = tiles * p["TM"] * p["TN"]
