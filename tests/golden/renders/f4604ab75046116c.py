@@ -99,7 +99,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
         if t < n_tiles:
             alr0 = (tid * 4 + 0) // 32
             alc0 = (tid * 4 + 0) % 32
-            ar = min(row0 + alr0, a_last)
+            am = row0 + alr0
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc0
             ai = uint32(ar * lda + ac)
 
@@ -120,7 +121,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 As[t * 1152 + (alr0) * 36 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else ZERO
             alr1 = (tid * 4 + 512) // 32
             alc1 = (tid * 4 + 512) % 32
-            ar = min(row0 + alr1, a_last)
+            am = row0 + alr1
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc1
             ai = uint32(ar * lda + ac)
 
@@ -236,7 +238,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
             if vectors and k_begin + (t + 1) * 32 + 32 <= k_end:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -246,7 +249,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 As[fill * 1152 + (alr0) * 36 + alc0 + 0 + 3] = A[ai + 3] if 4 > 3 else ZERO
                 alr1 = (tid * 4 + 512) // 32
                 alc1 = (tid * 4 + 512) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 
@@ -257,8 +261,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
 
                 blr0 = (tid * 4 + 0) // 64
                 blc0 = (tid * 4 + 0) % 64
+                bm = col0 + blc0
                 br = k_begin + (t + 1) * 32 + blr0
-                bc = min(col0 + blc0, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr0 * 72 + blc0 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -267,8 +272,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 Bs[fill * 2304 + blr0 * 72 + blc0 + 0 + 3] = B[bi + 3] if 4 > 3 else ZERO
                 blr1 = (tid * 4 + 512) // 64
                 blc1 = (tid * 4 + 512) % 64
+                bm = col0 + blc1
                 br = k_begin + (t + 1) * 32 + blr1
-                bc = min(col0 + blc1, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr1 * 72 + blc1 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -277,8 +283,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 Bs[fill * 2304 + blr1 * 72 + blc1 + 0 + 3] = B[bi + 3] if 4 > 3 else ZERO
                 blr2 = (tid * 4 + 1024) // 64
                 blc2 = (tid * 4 + 1024) % 64
+                bm = col0 + blc2
                 br = k_begin + (t + 1) * 32 + blr2
-                bc = min(col0 + blc2, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr2 * 72 + blc2 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -287,8 +294,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 Bs[fill * 2304 + blr2 * 72 + blc2 + 0 + 3] = B[bi + 3] if 4 > 3 else ZERO
                 blr3 = (tid * 4 + 1536) // 64
                 blc3 = (tid * 4 + 1536) % 64
+                bm = col0 + blc3
                 br = k_begin + (t + 1) * 32 + blr3
-                bc = min(col0 + blc3, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr3 * 72 + blc3 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -298,7 +306,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
             else:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -319,7 +328,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                     As[fill * 1152 + (alr0) * 36 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else ZERO
                 alr1 = (tid * 4 + 512) // 32
                 alc1 = (tid * 4 + 512) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 

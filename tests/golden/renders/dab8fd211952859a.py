@@ -127,7 +127,8 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
         if t < n_tiles:
             alr0 = (tid * 8 + 0) // 32
             alc0 = (tid * 8 + 0) % 32
-            ar = min(row0 + alr0, a_last)
+            am = row0 + alr0
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc0
             ai = uint32(ar * lda + ac)
 
@@ -237,7 +238,8 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             if vectors and k_begin + (t + 2) * 32 + 32 <= k_end:
                 alr0 = (tid * 8 + 0) // 32
                 alc0 = (tid * 8 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 2) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -252,8 +254,9 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
 
                 blr0 = (tid * 8 + 0) // 128
                 blc0 = (tid * 8 + 0) % 128
+                bm = col0 + blc0
                 br = k_begin + (t + 2) * 32 + blr0
-                bc = min(col0 + blc0, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 0] = B[bi + 0] if 8 > 0 else uint16(0)
@@ -266,8 +269,9 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
                 Bs[fill * 4352 + blr0 * 136 + blc0 + 0 + 7] = B[bi + 7] if 8 > 7 else uint16(0)
                 blr1 = (tid * 8 + 2048) // 128
                 blc1 = (tid * 8 + 2048) % 128
+                bm = col0 + blc1
                 br = k_begin + (t + 2) * 32 + blr1
-                bc = min(col0 + blc1, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 4352 + blr1 * 136 + blc1 + 0 + 0] = B[bi + 0] if 8 > 0 else uint16(0)
@@ -281,7 +285,8 @@ def matmul(A, B, C, W, counters, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, 
             else:
                 alr0 = (tid * 8 + 0) // 32
                 alc0 = (tid * 8 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 2) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 

@@ -47,7 +47,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
         if t < n_tiles:
             alr0 = (tid * 4 + 0) // 32
             alc0 = (tid * 4 + 0) % 32
-            ar = min(row0 + alr0, a_last)
+            am = row0 + alr0
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc0
             ai = uint32(ar * lda + ac)
 
@@ -65,7 +66,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 cp_async4(As, t * 1152 + (alr0) * 36 + alc0 + 3, A, ai + 3, an * 4)
             alr1 = (tid * 4 + 512) // 32
             alc1 = (tid * 4 + 512) % 32
-            ar = min(row0 + alr1, a_last)
+            am = row0 + alr1
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc1
             ai = uint32(ar * lda + ac)
 
@@ -166,14 +168,16 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
             if vectors and k_begin + (t + 1) * 32 + 32 <= k_end:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
                 cp_async16(As, fill * 1152 + (alr0) * 36 + alc0 + 0, A, ai, 4 * 4)
                 alr1 = (tid * 4 + 512) // 32
                 alc1 = (tid * 4 + 512) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 
@@ -181,36 +185,41 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
 
                 blr0 = (tid * 4 + 0) // 64
                 blc0 = (tid * 4 + 0) % 64
+                bm = col0 + blc0
                 br = k_begin + (t + 1) * 32 + blr0
-                bc = min(col0 + blc0, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 cp_async16(Bs, fill * 2304 + blr0 * 72 + blc0 + 0, B, bi, 4 * 4)
                 blr1 = (tid * 4 + 512) // 64
                 blc1 = (tid * 4 + 512) % 64
+                bm = col0 + blc1
                 br = k_begin + (t + 1) * 32 + blr1
-                bc = min(col0 + blc1, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 cp_async16(Bs, fill * 2304 + blr1 * 72 + blc1 + 0, B, bi, 4 * 4)
                 blr2 = (tid * 4 + 1024) // 64
                 blc2 = (tid * 4 + 1024) % 64
+                bm = col0 + blc2
                 br = k_begin + (t + 1) * 32 + blr2
-                bc = min(col0 + blc2, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 cp_async16(Bs, fill * 2304 + blr2 * 72 + blc2 + 0, B, bi, 4 * 4)
                 blr3 = (tid * 4 + 1536) // 64
                 blc3 = (tid * 4 + 1536) % 64
+                bm = col0 + blc3
                 br = k_begin + (t + 1) * 32 + blr3
-                bc = min(col0 + blc3, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 cp_async16(Bs, fill * 2304 + blr3 * 72 + blc3 + 0, B, bi, 4 * 4)
             else:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -228,7 +237,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                     cp_async4(As, fill * 1152 + (alr0) * 36 + alc0 + 3, A, ai + 3, an * 4)
                 alr1 = (tid * 4 + 512) // 32
                 alc1 = (tid * 4 + 512) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 

@@ -99,7 +99,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
         if t < n_tiles:
             alr0 = (tid * 4 + 0) // 32
             alc0 = (tid * 4 + 0) % 32
-            ar = min(row0 + alr0, a_last)
+            am = row0 + alr0
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc0
             ai = uint32(ar * lda + ac)
 
@@ -120,7 +121,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 As[t * 2304 + (alr0) * 36 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else ZERO
             alr1 = (tid * 4 + 1024) // 32
             alc1 = (tid * 4 + 1024) % 32
-            ar = min(row0 + alr1, a_last)
+            am = row0 + alr1
+            ar = am if am <= a_last else a_last - min(am - a_last, a_last)
             ac = k_begin + t * 32 + alc1
             ai = uint32(ar * lda + ac)
 
@@ -194,7 +196,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
             if vectors and k_begin + (t + 1) * 32 + 32 <= k_end:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -204,7 +207,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 As[fill * 2304 + (alr0) * 36 + alc0 + 0 + 3] = A[ai + 3] if 4 > 3 else ZERO
                 alr1 = (tid * 4 + 1024) // 32
                 alc1 = (tid * 4 + 1024) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 
@@ -215,8 +219,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
 
                 blr0 = (tid * 4 + 0) // 64
                 blc0 = (tid * 4 + 0) % 64
+                bm = col0 + blc0
                 br = k_begin + (t + 1) * 32 + blr0
-                bc = min(col0 + blc0, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr0 * 72 + blc0 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -225,8 +230,9 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                 Bs[fill * 2304 + blr0 * 72 + blc0 + 0 + 3] = B[bi + 3] if 4 > 3 else ZERO
                 blr1 = (tid * 4 + 1024) // 64
                 blc1 = (tid * 4 + 1024) % 64
+                bm = col0 + blc1
                 br = k_begin + (t + 1) * 32 + blr1
-                bc = min(col0 + blc1, b_last)
+                bc = bm if bm <= b_last else b_last - min(bm - b_last, b_last)
                 bi = uint32(br * ldb + bc)
 
                 Bs[fill * 2304 + blr1 * 72 + blc1 + 0 + 0] = B[bi + 0] if 4 > 0 else ZERO
@@ -236,7 +242,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
             else:
                 alr0 = (tid * 4 + 0) // 32
                 alc0 = (tid * 4 + 0) % 32
-                ar = min(row0 + alr0, a_last)
+                am = row0 + alr0
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc0
                 ai = uint32(ar * lda + ac)
 
@@ -257,7 +264,8 @@ def matmul(A, B, C, M, N, K, lda, ldb, ldc, k_chunk, vec_a, vec_b, vec_c):
                     As[fill * 2304 + (alr0) * 36 + alc0 + 3 + 0] = A[ai + 3 + 0] if an > 0 else ZERO
                 alr1 = (tid * 4 + 1024) // 32
                 alc1 = (tid * 4 + 1024) % 32
-                ar = min(row0 + alr1, a_last)
+                am = row0 + alr1
+                ar = am if am <= a_last else a_last - min(am - a_last, a_last)
                 ac = k_begin + (t + 1) * 32 + alc1
                 ai = uint32(ar * lda + ac)
 
