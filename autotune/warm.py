@@ -4,7 +4,9 @@ On a GPU machine each entry for this GPU model is compiled in a pool of processe
 later processes (``get_best_kernel``) load the compiled kernel instead of compiling it. Without a GPU, ``--cc``
 compiles the entries of the GPU models with that compute capability to PTX and links them to a cubin (nvJitLink),
 which proves they build and reports their registers and spills. Each entry's compile seconds, registers and
-spills are printed, then a total.
+spills are printed, then a total. An entry that spills here but was tuned without spilling (its recorded
+resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers differently, which may cost speed
+(benchmarks/NOTES.md item 48).
 """
 from __future__ import annotations
 
@@ -49,17 +51,38 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
     print(f"compiling {len(entries)} kernels for sm_{target[0]}{target[1]} in {workers} processes", file=out,
           flush=True)
     t0 = time.perf_counter()
-    failed = 0
+    failed = newly_spilling = 0
     with CompilePool(workers) as pool:
         futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()
             failed += not r.ok
-            spill = "-" if r.spill_bytes is None else r.spill_bytes
-            print(f"{'ok  ' if r.ok else 'FAIL'} {r.seconds:7.1f} s  registers {r.registers or '-':>4}  spill bytes "
-                  f"{spill:>4}  {entry.problem.key}" + (f"  {r.reason}" if r.reason else ""), file=out, flush=True)
+            newly_spilling += spills_unlike_its_record(entry, r)
+            print(entry_line(entry, r), file=out, flush=True)
     print(f"{len(entries) - failed} of {len(entries)} compiled in {time.perf_counter() - t0:.1f} s", file=out)
+    if newly_spilling:
+        print(f"{newly_spilling} kernels spill with this toolchain but were tuned without spilling: they may run "
+              f"slower here; `autotune selftest --device 0` checks their results, re-tuning their shapes (--force) "
+              f"finds variants that do not spill", file=out)
     return 1 if failed else 0
+
+
+def spills_unlike_its_record(entry: Entry, result: WarmResult) -> bool:
+    """Whether ``entry`` compiled to a kernel that spills where the kernel it was tuned with did not (its recorded
+    resources; an entry without them is not judged)."""
+    recorded = entry.record.get("resources") or {}
+    if not result.ok or not result.spill_bytes or "spill_stores" not in recorded:
+        return False
+    return recorded["spill_stores"] + recorded.get("spill_loads", 0) == 0
+
+
+def entry_line(entry: Entry, result: WarmResult) -> str:
+    """One entry's line of the report: outcome, seconds, registers, spill bytes, key, and why it failed or that
+    it spills unlike its record."""
+    spill = "-" if result.spill_bytes is None else result.spill_bytes
+    note = result.reason or ("spills here, tuned without spilling" if spills_unlike_its_record(entry, result) else "")
+    return (f"{'ok  ' if result.ok else 'FAIL'} {result.seconds:7.1f} s  registers {result.registers or '-':>4}  "
+            f"spill bytes {spill:>4}  {entry.problem.key}" + (f"  {note}" if note else ""))
 
 
 def warm_one(job: Job, cc: tuple[int, int] | None) -> WarmResult:
