@@ -452,6 +452,7 @@ def run_tune(args) -> int:
     from .device import current_device
     from .lookup import tuning_starts
     from .tuner import TuneConfig, Tuner
+    from .worker import CompilePools
 
     impl = family_named(kind)
     sim = args.simulator
@@ -482,18 +483,19 @@ def run_tune(args) -> int:
     write = (args.write_db or not sim) and not args.no_db
     limit = run_time_limit(args)
     deadline = time.monotonic() + limit if limit else None
-    for left, problem in zip(range(len(problems), 0, -1), problems):
-        shape_config = config if deadline is None else \
-            replace(config, timeout_s=min(config.timeout_s or math.inf, shape_share(deadline - time.monotonic(),
-                                                                                    left, first=not results)))
-        budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
-        print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}{budget})",
-              file=sys.stderr)
-        incumbent, neighbours = tuning_starts(start_files, problem)
-        results.append(Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours).run())
-        if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
-            for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
-                print(line, file=sys.stderr)
+    with CompilePools(config.compile_workers) as pools:
+        for left, problem in zip(range(len(problems), 0, -1), problems):
+            shape_config = config if deadline is None else replace(config, timeout_s=min(
+                config.timeout_s or math.inf, shape_share(deadline - time.monotonic(), left, first=not results)))
+            budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
+            print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}"
+                  f"{budget})", file=sys.stderr)
+            incumbent, neighbours = tuning_starts(start_files, problem)
+            tuner = Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours)
+            results.append(tuner.run(pools))
+            if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
+                for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
+                    print(line, file=sys.stderr)
     print(report.tune_table(results, device))
     if write:
         print(f"database: {target}")

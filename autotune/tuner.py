@@ -36,7 +36,7 @@ from .records import COMPILE_TIMEOUT_S, Outcome, job_for
 from .space import SearchSpace, config_key, load_space
 from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
-from .worker import CompilePool, Worker
+from .worker import CompilePool, CompilePools, Worker
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -378,7 +378,9 @@ class Tuner:
         self._index_seen()
         self._enqueue_starts()
 
-    def run(self) -> TuneResult:
+    def run(self, pools: CompilePools | None = None) -> TuneResult:
+        """Tune the problem: compiles in ``pools``' warmed pool (kept for the next problem when none is left
+        running), else in a pool of its own."""
         cfg = self.config
         self.prepare()
         start = time.monotonic()
@@ -386,7 +388,7 @@ class Tuner:
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
         simulator = backend.simulator()
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
-        pool = CompilePool(cfg.compile_workers)
+        pool = pools.get() if pools else CompilePool(cfg.compile_workers)
         compiles = CompileQueue(lambda job: pool.submit(compile_variant, job), cfg.compile_workers + len(workers),
                                 cfg.compile_timeout_s)
         if cfg.baseline:
@@ -405,7 +407,10 @@ class Tuner:
                 t.join(STOP_JOIN_S if self._stopping.is_set() else None)
             for w in workers:
                 w.close()
-            pool.stop()
+            if pools:
+                pools.release(pool)
+            else:
+                pool.stop()
             if self._stopping.is_set():
                 self._requeue_in_flight()
         measured, _, _ = self._counts()

@@ -42,15 +42,53 @@ def start_child(parent_pid: int) -> None:
 STOP_WAIT_S = 10.0
 
 
+def warm_compiler() -> None:
+    """A compile process's first job in a warmed pool: what its first compile would otherwise pay once (the
+    compile path's imports; on a GPU machine the CUDA context and Numba's CUDA target with NVVM and libdevice,
+    through a one-line kernel), paid while the tuner starts or the previous problem ends."""
+    import importlib
+
+    from . import backend
+    from .device import gpu_available
+
+    importlib.import_module(f"{__package__}.evaluate")  # the compile jobs' module and what it imports
+
+    if backend.simulator() or not gpu_available():
+        return
+    from numba import cuda
+
+    def touch(a):
+        a[0] = 1.0
+
+    cuda.jit("void(float32[::1])")(touch)  # compiled here: a signature given compiles eagerly
+
+
 class CompilePool(cf.ProcessPoolExecutor):
     """Processes that compile variants on the CPU (spawned: CUDA cannot survive a fork); they exit with us.
 
     Leaving a ``with`` block by an exception (Ctrl-C included) stops the compiles still running instead of
-    waiting for them, as does ``stop()``."""
+    waiting for them, as does ``stop()``. ``warm`` starts every process at once with ``warm_compiler``, instead of
+    one by one as jobs come."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, warm: bool = False):
         super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=start_child,
                          initargs=(os.getpid(),))
+        self.stopped = False
+        self.jobs = 0  # submitted so far, warm-ups included
+        self._submitted: list[cf.Future] = []
+        if warm:
+            for _ in range(workers):
+                self.submit(warm_compiler)
+
+    def submit(self, fn, /, *args, **kwargs) -> cf.Future:
+        future = super().submit(fn, *args, **kwargs)
+        self.jobs += 1
+        self._submitted = [f for f in self._submitted if not f.done()] + [future]
+        return future
+
+    def busy(self) -> bool:
+        """Whether a job submitted is still waiting or running."""
+        return any(not f.done() for f in self._submitted)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         if exc_type is not None:
@@ -62,6 +100,7 @@ class CompilePool(cf.ProcessPoolExecutor):
         out, past the deadline, interrupted) must not hold the run open, nor the interpreter's exit, which joins
         the executor's manager thread until its jobs end. The executor has no public way to end a running job,
         hence its process table and thread, read before ``shutdown`` drops them."""
+        self.stopped = True
         processes = list((getattr(self, "_processes", None) or {}).values())
         manager = getattr(self, "_executor_manager_thread", None)
         self.shutdown(wait=False, cancel_futures=True)  # forgets both: they were taken first
@@ -69,6 +108,40 @@ class CompilePool(cf.ProcessPoolExecutor):
             process.terminate()
         if manager is not None:
             manager.join(STOP_WAIT_S)
+
+
+class CompilePools:
+    """One warmed compile pool handed from problem to problem of a tuning run, so that each problem's first
+    compiles do not wait for processes to start and warm up. A problem that leaves compiles running (its time
+    limit, Ctrl-C) stops the pool, and the next one gets a fresh pool."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self._pool: CompilePool | None = None
+
+    def get(self) -> CompilePool:
+        if self._pool is None or self._pool.stopped:
+            self._pool = CompilePool(self.workers, warm=True)
+        return self._pool
+
+    def release(self, pool: CompilePool) -> None:
+        """A problem is done with ``pool``: kept for the next unless compiles still run in it."""
+        if pool.busy() or pool.stopped:
+            pool.stop()
+            if self._pool is pool:
+                self._pool = None
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.stop()
+            self._pool = None
+
+    def __enter__(self) -> "CompilePools":
+        self.get()  # its processes start now, while the caller prepares the first problem
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
 def _serve(conn, parent_pid: int, device: int | None, simulator: bool) -> None:

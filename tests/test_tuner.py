@@ -389,6 +389,29 @@ def test_stopping_the_compile_pool_ends_running_compiles():
         assert not process.is_alive()
 
 
+def test_problems_share_a_warm_compile_pool_until_one_leaves_a_compile_running(tmp_path):
+    """A run's problems compile in the same warmed processes (started at once, each warmed first), so the second
+    problem's first compiles wait for no start-up; a problem that ends with a compile still running stops that
+    pool, and the next problem gets a fresh one."""
+    from autotune.worker import CompilePools
+
+    space = "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n"
+    with CompilePools(2) as pools:
+        first = pools.get()
+        pids = set(first._processes)
+        assert len(pids) == 2  # both started before any variant was asked for
+        for name in ("a", "b"):
+            (tmp_path / name).mkdir()
+            result = reduce_tuner(tmp_path / name, space, trials=2).run(pools)
+            assert result.measured == 2
+            assert pools.get() is first and not first.stopped
+        assert set(first._processes) == pids and first.jobs == 2 + 2 * 2  # warm-ups, then both problems' compiles
+        first.submit(time.sleep, 120)  # a compile that outlives its problem
+        pools.release(first)
+        assert first.stopped and pools.get() is not first
+    assert pools._pool is None
+
+
 def test_no_gpu_says_so(tmp_path):
     proc = run_cli(["matmul", "--device", "0"], tmp_path)
     out, _ = proc.communicate(timeout=120)
