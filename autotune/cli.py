@@ -447,12 +447,20 @@ def run_tune(args) -> int:
     command = f"tune --family {args.family}" if args.command == "tune" else kind
     if not require_gpu(args, command):
         return EXIT_NO_GPU
+    from .worker import CompilePools, default_compile_workers
+
+    workers = args.compile_workers or (1 if args.simulator else default_compile_workers())
+    with CompilePools(workers) as pools:  # its processes start and warm up while this one prepares the run
+        return tune_problems(args, kind, pools)
+
+
+def tune_problems(args, kind: str, pools) -> int:
+    """The tuning run of ``run_tune``: each problem in turn, its compiles in ``pools``."""
     from . import report
     from .db import db_dir, db_path, database_folders
     from .device import current_device
     from .lookup import tuning_starts
     from .tuner import TuneConfig, Tuner
-    from .worker import CompilePools
 
     impl = family_named(kind)
     sim = args.simulator
@@ -467,35 +475,32 @@ def run_tune(args) -> int:
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
                         seed=args.seed, storage=args.storage, state_dir=Path(args.state_dir), devices=devices,
                         space_path=args.space, job_timeout_s=args.job_timeout,
-                        compile_timeout_s=args.compile_timeout, refine=not args.no_refine)
-    if args.compile_workers:
-        config.compile_workers = args.compile_workers
-    elif sim:
-        config.compile_workers = 1
+                        compile_timeout_s=args.compile_timeout, refine=not args.no_refine,
+                        compile_workers=pools.workers)
     if sim:
         print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
               file=sys.stderr)
     if args.record_sweep:
-        return record_sweep(args, problems, config, device)
+        return record_sweep(args, problems, config, device, pools)
     results = []
     target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
     write = (args.write_db or not sim) and not args.no_db
     limit = run_time_limit(args)
     deadline = time.monotonic() + limit if limit else None
-    with CompilePools(config.compile_workers) as pools:
-        for left, problem in zip(range(len(problems), 0, -1), problems):
-            shape_config = config if deadline is None else replace(config, timeout_s=min(
-                config.timeout_s or math.inf, shape_share(deadline - time.monotonic(), left, first=not results)))
-            budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
-            print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}"
-                  f"{budget})", file=sys.stderr)
-            incumbent, neighbours = tuning_starts(start_files, problem)
-            tuner = Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours)
-            results.append(tuner.run(pools))
-            if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
-                for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
-                    print(line, file=sys.stderr)
+    for left, problem in zip(range(len(problems), 0, -1), problems):
+        shape_config = config if deadline is None else \
+            replace(config, timeout_s=min(config.timeout_s or math.inf, shape_share(deadline - time.monotonic(),
+                                                                                    left, first=not results)))
+        budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
+        print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}{budget})",
+              file=sys.stderr)
+        incumbent, neighbours = tuning_starts(start_files, problem)
+        tuner = Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours)
+        results.append(tuner.run(pools))
+        if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
+            for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
+                print(line, file=sys.stderr)
     print(report.tune_table(results, device))
     if write:
         print(f"database: {target}")
@@ -520,7 +525,7 @@ def run_time_limit(args) -> float | None:
     return None if args.shape or args.simulator or args.record_sweep else SUITE_TIME_LIMIT_S
 
 
-def record_sweep(args, problems: list, config, device) -> int:
+def record_sweep(args, problems: list, config, device, pools) -> int:
     """``--record-sweep FILE``: the tuner's grid over every valid configuration of one problem, then the file."""
     from .space import config_key, load_space
     from .sweep import new_sweep, rows_from_study, valid_configurations, write_sweep
@@ -535,7 +540,7 @@ def record_sweep(args, problems: list, config, device) -> int:
     print(f"recording a sweep of {problem.key} on {device.name}: {len(valid)} valid configurations "
           f"(search space: {space_tag})", file=sys.stderr)
     tuner = Tuner(problem, config, device, name=f"{problem.key}@{device.slug}/sweep/{space_tag}")
-    tuner.run()
+    tuner.run(pools)
     keys = {config_key(c) for c in valid}
     rows = [r for r in rows_from_study(tuner.study) if config_key(r.config) in keys]
     if len(rows) < len(valid):

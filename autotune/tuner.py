@@ -36,7 +36,7 @@ from .records import COMPILE_TIMEOUT_S, Outcome, job_for
 from .space import SearchSpace, config_key, load_space
 from .storage import journal_path, open_database, open_journal, open_study
 from .timing import Timing
-from .worker import CompilePool, CompilePools, Worker
+from .worker import CompilePool, CompilePools, Worker, default_compile_workers
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -55,7 +55,7 @@ class TuneConfig:
     state_dir: Path = Path("autotune-out")
     devices: tuple[int, ...] = (0,)
     space_path: str | None = None
-    compile_workers: int = max(1, min(16, (os.cpu_count() or 2) - 1))
+    compile_workers: int = default_compile_workers()
     job_timeout_s: float = 90.0
     compile_timeout_s: float = COMPILE_TIMEOUT_S
     baseline: bool = True

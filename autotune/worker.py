@@ -42,6 +42,11 @@ def start_child(parent_pid: int) -> None:
 STOP_WAIT_S = 10.0
 
 
+def default_compile_workers() -> int:
+    """Compile processes when none are asked for: one per CPU but one (left to the GPU threads), at most 16."""
+    return max(1, min(16, (os.cpu_count() or 2) - 1))
+
+
 def warm_compiler() -> None:
     """A compile process's first job in a warmed pool: what its first compile would otherwise pay once (the
     compile path's imports; on a GPU machine the CUDA context and Numba's CUDA target with NVVM and libdevice,

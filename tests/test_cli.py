@@ -221,7 +221,7 @@ def test_a_time_limit_is_shared_among_the_shapes_left(tmp_path, monkeypatch):
     clock, given = [1000.0], []
 
     class Recorder(tuner_module.Tuner):
-        def run(self):
+        def run(self, pools=None):
             given.append(self.config.timeout_s)
             clock[0] += {40: 120, 41: 30}.get(self.problem.shape[0], 0)
             return self.result()
