@@ -468,3 +468,42 @@ def test_atomic_combines_start_from_a_memset_only_where_the_identity_is_zero_bit
     if step == "fill":
         want = reduce_kernel.identity(op, k.acc_dtype)
         assert got[1] == want and (op == "sum" or got[1] != 0)
+
+
+@pytest.mark.parametrize("dtype, axis, params, op, names", [
+    ("float32", None, {"COMBINE": "atomic"}, "max", ["fill"]),
+    ("float32", None, {"COMBINE": "atomic"}, "sum", []),  # zeroed by a driver memset on the GPU
+    ("float64", None, {"COMBINE": "two_pass", "VEC": 2}, "min", ["finish"]),
+    ("bfloat16", None, {"COMBINE": "two_pass"}, "sum", ["finish"]),
+    ("float16", 0, {"ROW_SPLIT": 4}, "sum", ["store"]),
+    ("bfloat16", 0, {"ROW_SPLIT": 4}, "max", ["fill", "store"]),
+    ("int32", 1, {}, "sum", []),
+])
+def test_helper_kernels_are_those_a_call_launches_with_their_signatures(dtype, axis, params, op, names, monkeypatch):
+    """``helper_kernels`` (compiled ahead with the variant by ``autotune warm`` and the tuner) names the module's
+    kernels a call launches besides its own, each with the argument types it is launched with: a wrong or missing
+    signature would leave a compile to the first call. In the simulator a sum's identity is a fill of 0 (a memset
+    on the GPU), not counted."""
+    import numba
+    from numba.core import sigutils
+
+    import autotune.families.reduce_kernel as reduce_kernel
+    import autotune.launch as launch
+    from autotune.dtypes import numpy_dtype
+
+    k = build_kernel("reduce", params, dtype, op=op, axis=axis)
+    assert [helper.__name__ for helper, _ in k.helper_kernels()] == names
+    for module in (launch, reduce_kernel):
+        monkeypatch.setattr(module, "configure", lambda kernel, *a, **kw: kernel)
+    launched = []
+    monkeypatch.setattr(k, "_enqueue", lambda kernel, *args: launched.append((kernel, args)))  # k is cached
+    shape = (1237,) if axis is None else (37, 41)  # a shape no other test builds launches for
+    x = cuda.to_device(np.ones(shape, numpy_dtype(dtype)))
+    k(x) if axis is None else k(x, axis=axis)
+    helpers = [(kernel, args) for kernel, args in launched if kernel is not k.entry
+               and not (kernel is k.module.fill and args[1] == 0)]
+    assert [kernel.__name__ for kernel, _ in helpers] == names
+    for (helper, signature), (kernel, args) in zip(k.helper_kernels(), helpers):
+        types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
+                      for a in args)
+        assert kernel is helper and types == sigutils.normalize_signature(signature)[0], helper.__name__

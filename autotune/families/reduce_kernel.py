@@ -16,7 +16,7 @@ from ..family import Kernel
 from ..launch import Plan, Planned, configure, elementwise, fill, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
 from .reduce import (accumulator_dtype, identity, kernel_args, kernel_out_dtype, result_dtype, result_shape,
-                     row_lanes, staged)
+                     row_lanes, staged, uses_atomics)
 
 
 # {x}: the input's dtype; {o}: the dtype of what the kernel writes; {acc}: the accumulator's
@@ -59,6 +59,21 @@ class ReduceKernel(Planned, Kernel):
 
     def __repr__(self) -> str:
         return f"<ReduceKernel {self.op} axis={self.axis} {self.dtype} {self.params}>"
+
+    def helper_kernels(self) -> list[tuple[Any, str]]:
+        """The module's fixed kernels a call launches besides the variant's, with their launch signatures: the
+        fill that sets the output to a max's or min's identity before blocks combine into it with atomics (a sum's
+        identity, all zero bits, is a driver memset on the GPU), the finishing pass of a two-pass combine, and the
+        store of a staged result. (The fill of an empty call's result compiles at its first use.)"""
+        out, acc = storage(kernel_out_dtype(self.params, self.dtype, self.args)), self.acc_dtype
+        helpers = []
+        if uses_atomics(self.params, self.args) and identity(self.op, acc) != 0:
+            helpers.append((self.module.fill, f"void({out}[::1], {out})"))
+        if self.axis is None and self.params["COMBINE"] == "two_pass":
+            helpers.append((self.module.finish, f"void({acc}[::1], int64, {out}[::1])"))
+        if self.staged:
+            helpers.append((self.module.store, f"void({acc}[::1], {storage(self.out_dtype)}[::1])"))
+        return helpers
 
     @property
     def signature(self) -> str:
