@@ -165,13 +165,24 @@ def compile_ahead_report(kernel, cc: tuple[int, int] | None) -> ResourceReport:
     if cc is None:
         from .device import current_device
 
-        kernel.entry.compile(kernel.signature)
+        compile_as_launched(kernel.entry, kernel.signature)
         for helper, signature in kernel.helper_kernels():
-            helper.compile(signature)
+            compile_as_launched(helper, signature)
         return ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
     for helper, signature in kernel.helper_kernels():
         _helper_linked(helper, signature, cc)
     return resource_report(kernel.entry, kernel.signature, cc=cc)
+
+
+def compile_as_launched(dispatcher, signature: str):
+    """Compile ``dispatcher`` for ``signature`` under the key a launch looks it up by, in memory and in Numba's
+    disk cache. numba-cuda files a kernel in the disk cache under the signature exactly as ``compile`` was given
+    it, and a launch looks it up by the tuple of its arguments' types: compiled with the signature's text, a
+    kernel is filed where no call finds it, and every process's first call compiles again."""
+    from numba.core import sigutils
+
+    argtypes, _ = sigutils.normalize_signature(signature)
+    return dispatcher.compile(tuple(argtypes))
 
 
 @functools.lru_cache(maxsize=None)

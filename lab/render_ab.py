@@ -86,13 +86,13 @@ def _compile(job) -> str:
     """Compile one version in a fresh process, filling the disk cache for the timing process."""
     kind, dtype, family, params, source = job
     from autotune.build import build_kernel
-    from autotune.compiler import load_source
+    from autotune.compiler import compile_as_launched, load_source
     from autotune.registry import family as family_named
 
     kernel = build_kernel(kind, params, dtype, **family)
     if source is not None:
         kernel = family_named(kind).make_kernel(load_source(source), kernel.params, dtype, kernel.args, source, False)
-    kernel.entry.compile(kernel.signature)
+    compile_as_launched(kernel.entry, kernel.signature)
     return kind
 
 

@@ -28,3 +28,24 @@ def test_a_failed_compile_shows_its_reason_not_a_spill_note():
     line = entry_line(entry_recording({"spill_stores": 0}), result(None, ok=False))
     assert line.startswith("FAIL") and "RuntimeError: no" in line and "tuned without" not in line
     assert "spill bytes    -" in line
+
+
+def test_kernels_are_compiled_ahead_under_the_key_a_launch_looks_up():
+    """numba-cuda files a compiled kernel in its disk cache under the signature exactly as ``compile`` got it, and
+    a launch looks it up by the tuple of its arguments' types: ``compile_as_launched`` passes that tuple (the text
+    would file it where no later process's call finds it; on the H100 every kernel missed the cache after
+    ``autotune warm`` until this, NOTES item 50)."""
+    import numba
+    import numpy as np
+
+    from autotune.compiler import compile_as_launched
+
+    class Recorder:
+        def compile(self, sig):
+            self.sig = sig
+            return "compiled"
+
+    d = Recorder()
+    assert compile_as_launched(d, "void(float32[::1], int64, boolean, uint16[::1])") == "compiled"
+    launch_types = tuple(numba.typeof(v) for v in (np.empty(3, np.float32), 7, True, np.empty(2, np.uint16)))
+    assert isinstance(d.sig, tuple) and d.sig == launch_types
