@@ -42,3 +42,14 @@ def assert_reduction_close(result, ref, abs_sum, n, dtype):
     assert not np.isnan(result).any(), "result has unwritten (NaN) elements"
     bound = 2 * max(n, 1) * np.finfo(dtype).eps * np.asarray(abs_sum) + np.finfo(dtype).tiny
     assert np.all(np.abs(result - ref) <= bound), f"max error {np.abs(result - ref).max()}, bound {np.min(bound)}"
+
+
+def assert_launched_as_signed(args, signature: str, name: str) -> None:
+    """The Numba types of a launch's arguments (device arrays as the C-contiguous 1-D arrays they are) are those
+    of ``signature``: a kernel compiled ahead with it serves that launch."""
+    import numba
+    from numba.core import sigutils
+
+    types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
+                  for a in args)
+    assert types == sigutils.normalize_signature(signature)[0], name

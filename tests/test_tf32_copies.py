@@ -8,6 +8,7 @@ from numba import cuda
 
 from autotune import tf32_copies as tc
 from autotune.families.matmul import tf32_round
+from checks import assert_launched_as_signed
 
 POISON = np.float32(-7.25)  # a value the copies never write: the pads must keep it
 
@@ -67,9 +68,6 @@ def test_a_grid_smaller_than_the_copy_strides_over_it(rng):
 def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(layout, names, rng, monkeypatch):
     """A variant on rounded copies names, as kernels to compile ahead with it, the copy kernels its layout launches,
     each with the signature of the arguments it is launched with; other variants name none."""
-    import numba
-    from numba.core import sigutils
-
     from autotune import build_kernel
 
     params = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}
@@ -83,8 +81,6 @@ def test_the_copy_kernels_compiled_ahead_are_the_ones_launched_with_those_types(
              K if layout[1] == "t" else N)
     assert len(launched) == 3  # the two copies, then the multiply
     for (helper, signature), args in zip(k.helper_kernels(), launched):  # A's copy is launched first
-        types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
-                      for a in args)
-        assert types == sigutils.normalize_signature(signature)[0], helper.__name__
+        assert_launched_as_signed(args, signature, helper.__name__)
     other = build_kernel("matmul", {**params, "ASYNC_STAGES": 0}, "float32", layout=layout, precision="tf32")
     assert other.helper_kernels() == []
