@@ -79,7 +79,6 @@ class CompilePool(cf.ProcessPoolExecutor):
         super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=start_child,
                          initargs=(os.getpid(),))
         self.stopped = False
-        self.jobs = 0  # submitted so far, warm-ups included
         self._submitted: list[cf.Future] = []
         if warm:
             for _ in range(workers):
@@ -87,7 +86,6 @@ class CompilePool(cf.ProcessPoolExecutor):
 
     def submit(self, fn, /, *args, **kwargs) -> cf.Future:
         future = super().submit(fn, *args, **kwargs)
-        self.jobs += 1
         self._submitted = [f for f in self._submitted if not f.done()] + [future]
         return future
 
@@ -130,11 +128,10 @@ class CompilePools:
         return self._pool
 
     def release(self, pool: CompilePool) -> None:
-        """A problem is done with ``pool``: kept for the next unless compiles still run in it."""
-        if pool.busy() or pool.stopped:
+        """A problem is done with ``pool``: kept for the next unless compiles still run in it (``get`` then starts
+        a fresh one)."""
+        if not pool.stopped and pool.busy():
             pool.stop()
-            if self._pool is pool:
-                self._pool = None
 
     def close(self) -> None:
         if self._pool is not None:
