@@ -22,6 +22,7 @@ from typing import Any, Callable
 import numpy as np
 
 from . import arrays, kernel_launch, result_pool
+from .dtypes import kernel_view
 from .streams import stream_key
 
 MAX_PLANS = 32
@@ -278,10 +279,10 @@ class Planned:
 
     def _into(self, out, target, run: Callable[[], None], stream=0) -> None:
         """``run()``, which writes ``target``, then ``target`` copied into ``out`` (on ``stream``) where they
-        differ."""
+        differ (bfloat16 as its bits: the simulator's copies cannot cast ml_dtypes' bfloat16)."""
         run()
         if target is not out:
-            self._enqueue(functools.partial(out.copy_to_device, target, stream=stream))
+            self._enqueue(functools.partial(kernel_view(out).copy_to_device, kernel_view(target), stream=stream))
 
     def _record(self, run: Callable[[], None]) -> list[Callable[[], Any]]:
         _recording.steps = steps = []

@@ -45,11 +45,11 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
 def fill_imports(source: str) -> str:
     """Replace the header's import mark with imports of exactly the names the module uses: ``math``, NumPy as
     ``np`` (simulator renderings: stand-ins of tensor-core instructions), Numba's
-    ``cuda`` and scalar types, and the intrinsics of ``autotune.intrinsics`` and ``autotune.wgmma`` (code, not
-    comments, counts)."""
+    ``cuda`` and scalar types, and the intrinsics of ``autotune.intrinsics``, ``autotune.wgmma`` and
+    ``autotune.tma`` (code, not comments, counts)."""
     if IMPORTS_MARK not in source:
         return source
-    from . import intrinsics, wgmma
+    from . import intrinsics, tma, wgmma
 
     used = _names(source) - _defined(source)
     lines = (["import math"] if "math" in used else []) + (["import numpy as np"] if "np" in used else [])
@@ -60,7 +60,7 @@ def fill_imports(source: str) -> str:
     types = [n for n in NUMBA_TYPES if n in used]
     if types:
         lines.append(f"from numba.types import {', '.join(types)}")
-    for module in (intrinsics, wgmma):
+    for module in (intrinsics, wgmma, tma):
         ours = sorted(n for n in used if n in module.__all__)
         if ours:
             lines += _wrapped(f"from {module.__name__} import ", ours)

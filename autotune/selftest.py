@@ -15,6 +15,7 @@ import time
 
 import numpy as np
 
+from . import arrays
 from .build import build_kernel
 from .problem import Instance, Problem
 from .records import COMPILE_TIMEOUT_S
@@ -38,13 +39,24 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
             cheap = _cheap(space) if small else None
             sample, _ = space.covering_sample(dtype=dtype, family=impl.family_args(**args),
                                               seed=int(rng.integers(1 << 30)), cheap=cheap)
-            extras = list(getattr(impl, "selftest_extras", lambda: [])())
+            extras = [p for p in getattr(impl, "selftest_extras", lambda: [])()
+                      if _valid(space, p, dtype, impl.family_args(**args))]
             if small:  # one odd shape: a prime-sized array, or a matrix no tile divides
                 sample = sample[:SIMULATOR_VARIANTS]
                 shapes = shapes[1:2]
             variants = [p for p in extras + sample if device is None or not impl.unfit_for(p, device)]
             plan.append((kind, dtype, args, shapes, variants))
     return plan
+
+
+def _valid(space, params, dtype: str, family) -> bool:
+    """Whether an extra configuration applies to this dtype and these arguments (the extras are listed once per
+    family: a float16 one does not apply to float64)."""
+    try:
+        space.validate(params, dtype=dtype, family=family)
+    except ValueError:
+        return False
+    return True
 
 
 def _cheap(space) -> dict:
@@ -101,8 +113,6 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
     """The kernel with ``out=`` starting at its first input's first byte: NumPy's result, computed from the inputs
     as they were before the call. Not where the output's dtype differs from the input's (an int32 sum's int64
     result), which no buffer can be both."""
-    from numba import cuda
-
     if problem.out_dtype != problem.dtype:
         return None
 
@@ -110,12 +120,13 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
     case, args = inst.cases[0]
     host = case.inputs[0]
     size = int(np.prod(problem.out_shape))
-    buffer = cuda.to_device(np.concatenate([host.ravel(order="K"), np.zeros(max(0, size - host.size), host.dtype)]))
+    buffer = arrays.host_to_device(np.concatenate([host.ravel(order="K"),
+                                                   np.zeros(max(0, size - host.size), host.dtype)]))
     first = buffer[:host.size]
     first = first.reshape(host.shape, order="F" if np.isfortran(host) else "C")
     out = buffer[:size].reshape(problem.out_shape)
     kernel(first, *args[1:], out=out)
-    return problem.impl.verify(problem, case, out.copy_to_host(), rng)
+    return problem.impl.verify(problem, case, arrays.device_to_host(out), rng)
 
 
 def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:

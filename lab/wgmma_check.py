@@ -1,8 +1,9 @@
 """Matmul on wgmma checked and timed on a Hopper GPU: float16 or bfloat16 (templates/matmul_wgmma.py.j2) or
 float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2; at tf32 also on TF32-rounded copies,
-ASYNC_STAGES 3 or 4, templates/matmul_wgmma.py.j2).
+ASYNC_STAGES 3 or 4, templates/matmul_wgmma.py.j2); `tma` and `tma-tf32`: float16 and tf32 variants fed by the
+TMA (TMA 1).
 
-    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tf32|3xtf32] [--quick]
+    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tma|tf32|tma-tf32|3xtf32] [--quick]
 
 Checks: every layout (and the 16-bit dtypes' result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
 stages), on shapes with partial tiles in M, N and K and rows whose starts are not 16-byte aligned (70 x 90 x 130:
@@ -36,6 +37,10 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                        ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
                        ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"]),
                        ({**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 3, "GROUP_M": 16}, ["nn"])],
+           "tma": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3, "TMA": 1}, ["nn", "tn", "nt", "tt"]),
+                   ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "TMA": 1}, ["nn", "tt"]),
+                   ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1, "TMA": 1}, ["tn", "nt"]),
+                   ({**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 3, "GROUP_M": 16, "TMA": 1}, ["nn"])],
            "bfloat16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
                         ({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}, ["nn", "tt"]),
                         ({**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, ["tn", "nt"])],
@@ -45,6 +50,8 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                     ({**COPIES, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn", "tn", "nt", "tt"]),
                     ({**COPIES, "BM": 128, "BN": 256}, ["nn", "tt"]),
                     ({**COPIES, "BM": 256, "BN": 128, "GROUP_M": 1}, ["tn", "nt"])],
+           "tma-tf32": [({**COPIES, "BM": 64, "BN": 64, "ASYNC_STAGES": 3, "TMA": 1}, ["nn", "tn", "nt", "tt"]),
+                        ({**COPIES, "BM": 128, "BN": 256, "TMA": 1}, ["nn", "tt"])],
            "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                       ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
                       ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
@@ -53,6 +60,12 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                      {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
                      {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4},
                      {**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 4}],
+         "tma": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
+                 {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "TMA": 1},
+                 {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1},
+                 {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4, "TMA": 1},
+                 {**WGMMA, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "TMA": 1},
+                 {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "TMA": 1, "GROUP_M": 16}],
          "bfloat16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                       {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
                       {**WGMMA, "BM": 256, "BN": 128, "ASYNC_STAGES": 4}],
@@ -60,12 +73,20 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                   {**COPIES, "BM": 128, "BN": 256}, {**COPIES, "BM": 128, "BN": 256, "ASYNC_STAGES": 3},
                   {**COPIES, "BM": 256, "BN": 128}, {**COPIES, "BM": 128, "BN": 128},
                   {**COPIES, "BM": 128, "BN": 256, "GROUP_M": 16}],
+         "tma-tf32": [{**COPIES, "BM": 128, "BN": 256}, {**COPIES, "BM": 128, "BN": 256, "TMA": 1},
+                      {**COPIES, "BM": 128, "BN": 256, "TMA": 1, "GROUP_M": 16},
+                      {**COPIES, "BM": 256, "BN": 128, "TMA": 1}, {**COPIES, "BM": 128, "BN": 128, "TMA": 1}],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
                     {**TF32, "BM": 64, "BN": 64}]}
 
 
 def family_of(precision: str, layout: str, out_dtype=None) -> tuple[str, dict]:
-    """The dtype and family arguments of a precision: float16's or bfloat16's, or float32's at a TF32 precision."""
+    """The dtype and family arguments of a precision: float16's or bfloat16's (tma: float16's), or float32's at a
+    TF32 precision (tma-tf32: tf32's)."""
+    if precision == "tma":
+        return "float16", {"layout": layout, "out_dtype": out_dtype}
+    if precision == "tma-tf32":
+        return "float32", {"layout": layout, "precision": "tf32"}
     if precision in HALF:
         return precision, {"layout": layout, "out_dtype": out_dtype}
     return "float32", {"layout": layout, "precision": precision}
@@ -75,7 +96,7 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
     found = []
     for params, layouts in CHECKED[precision][:1] if quick else CHECKED[precision]:
         for layout in layouts:
-            for out_dtype in (None, "float32") if precision in HALF else (None,):
+            for out_dtype in (None, "float32") if precision in (*HALF, "tma") else (None,):
                 start = time.time()
                 dtype, family = family_of(precision, layout, out_dtype)
                 kernel = build_kernel("matmul", params, dtype, **family)
@@ -135,6 +156,7 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
         for params in TIMED[precision]:
             kernel = build_kernel("matmul", params, dtype, **family)
             stages = f" stages {params['ASYNC_STAGES']}" if params["ASYNC_STAGES"] else ""
+            stages += " TMA" if params.get("TMA") else ""
             group = f" G{params['GROUP_M']}" if "GROUP_M" in params else ""
             row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}{group}", lambda: kernel(dA, dB, out=dC),
                 lambda: device_to_host(dC).astype(np.float32))

@@ -28,9 +28,9 @@ CHEAP = {"matmul": {"UNROLL_K": (1, 2), "TM": (1, 2), "TN": (1, 2), "BK": (8,), 
 # Besides the covering samples: a cp.async pipeline whose tiles (64 KB) need dynamic shared memory, the deepest
 # mma (k = 16 needs UNROLL_K >= 16, which the cheap values above leave out), and split-K summed by the last block
 # with tiles of exactly 48 KB of static shared memory (a shared flag word once pushed such a kernel over the limit);
-# float16's 16-byte copies (VEC 8, which the float32 and float64 samples cannot use) and its wgmma kernel (WGMMA,
-# BK 64: float16 only, compiled for sm_90a); and reductions of the narrow and integer dtypes at their widest
-# unrolling (float16's with 16-byte loads).
+# float16's 16-byte copies (VEC 8, which the float32 and float64 samples cannot use) and the wgmma kernels (WGMMA,
+# BK 64: 16-bit only, compiled for sm_90a; cp.async-fed, and TMA-fed for bfloat16); and reductions of the narrow
+# and integer dtypes at their widest unrolling (float16's with 16-byte loads).
 EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 4, "VEC": 4, "THREAD_LAYOUT": "strided",
            "UNROLL_K": 4, "ASYNC_STAGES": 4}),
@@ -44,7 +44,9 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 32, "BN": 32, "BK": 32, "MMA": 16, "WGMMA": 0, "TM": 2, "TN": 4, "VEC": 8,
            "UNROLL_K": 16, "A_SMEM": "mmajor", "ASYNC_STAGES": 2}),
          ("matmul", "float16", {"layout": "tn"},
-          {"strategy": "tiled", "BM": 256, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 3}),
+          {"strategy": "tiled", "BM": 256, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 0, "ASYNC_STAGES": 3}),
+         ("matmul", "bfloat16", {"layout": "nt"},
+          {"strategy": "tiled", "BM": 128, "BN": 256, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 4}),
          ("reduce", "int32", {"op": "sum", "axis": 1}, {"BLOCK": 256, "ITEMS": 4, "VEC": 4, "ROW_MODE": "block"}),
          ("reduce", "float16", {"op": "nanmax", "axis": None}, {"BLOCK": 512, "ITEMS": 8, "VEC": 8, "COMBINE": "atomic"}),
          ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]

@@ -265,3 +265,26 @@ def test_an_error_raised_while_ctrl_c_is_handled_ends_as_the_interrupt(monkeypat
     monkeypatch.setattr(cli_module, "preload_families", fails)
     assert cli_module.main(["reduce"]) == 2
     assert "autotune: error:" in capsys.readouterr().err
+
+
+def test_selftest_checks_the_tma_variants_where_they_apply():
+    """The TMA-fed wgmma variants, which a covering sample's random draws rarely reach, are in the selftest of
+    every float16 and bfloat16 layout (as extras), and in no other dtype's (they do not apply there)."""
+    import numpy as np
+
+    from autotune.selftest import plan_for
+
+    for kind, dtype, args, shapes, variants in plan_for(["matmul"], None, False, np.random.default_rng(0)):
+        tma = [v for v in variants if v.get("TMA")]
+        assert (len(tma) >= 2) if dtype in ("float16", "bfloat16") else not tma, (dtype, args, tma)
+
+
+def test_selftest_overlapping_check_takes_bfloat16(rng):
+    """The selftest's check with ``out=`` over its first input moves bfloat16 as its bits (Numba's copies take no
+    ml_dtypes buffer: on the GPU every such check failed with "cannot include dtype 'E' in a buffer")."""
+    from autotune.build import build_kernel
+    from autotune.problem import Problem
+    from autotune.selftest import _check_overlapping
+
+    kernel = build_kernel("matmul", {"strategy": "shared16"}, "bfloat16")
+    assert _check_overlapping(kernel, Problem("matmul", (37, 29, 41), "bfloat16", {"layout": "nn"}), rng) is None

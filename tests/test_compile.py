@@ -209,6 +209,31 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
     assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u16" in ptx["wgmma"]  # C in 16-byte row pieces
 
 
+def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
+    """A TMA variant (a producer warpgroup, then BM / 64 that multiply): no cp.async; per stage one 2-d TMA copy
+    per box (nn: A in one box of BM rows, B in BN / 64 panels; tt: A in panels, B in one box; tf32: the K-major
+    copies, one box each), announced to the stage's mbarrier with the stage's bytes; the consumers wait on the
+    mbarriers with try_wait and free a stage with one arrival per warp. ptxas keeps the wgmma asynchronous, with no
+    spills, and the consumers fit the registers 384 threads leave (170)."""
+    from autotune.compiler import link
+
+    ptx = ptx_sample("wgmma_tma", "wgmma_tma_tt", "wgmma_tma_tf32")
+    for name, boxes, stage_bytes, acc in (("wgmma_tma", (1, 4), (128 + 256) * 64 * 2, 128),
+                                          ("wgmma_tma_tt", (2, 1), (128 + 128) * 64 * 2, 64),
+                                          ("wgmma_tma_tf32", (1, 1), (128 + 256) * 32 * 4, 128)):
+        text = ptx[name]
+        assert "cp.async.cg" not in text and "cp.async.wait" not in text, name
+        copies = text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes")
+        assert copies == sum(boxes), (name, copies)  # the panels' loop unrolled
+        assert "mbarrier.arrive.expect_tx.shared::cta.b64" in text and re.search(rf"mov\.u32\s+%r\d+, {stage_bytes};",
+                                                                                  text), name
+        assert "mbarrier.try_wait.parity.shared::cta.b64" in text and "mbarrier.arrive.shared::cta.b64" in text
+        assert re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(?:16|8)", text) == [str(2 * acc)] * 4, name
+        _, log = link(text, (9, 0))
+        registers = int(re.search(r"Used (\d+) registers", log).group(1))
+        assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, (name, log)
+
+
 def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     """A TF32 wgmma variant issues wgmma m64n<BN>k8 .tf32 with A from registers (four 32-bit values) and B through a
     K-major descriptor of a 128-byte-swizzled tile (layout type 1; sbo 1024): four per K step at tf32, twelve at

@@ -405,7 +405,15 @@ WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "float16", {"layout": "nn"}, [EDGE
                ({**WGMMA, "ASYNC_STAGES": 3, "GROUP_M": 1}, "float16", {"layout": "nt"}, [ALIGNED]),
                ({**WGMMA, "BM": 128, "ASYNC_STAGES": 3}, "float16", {"layout": "tt", "out_dtype": "float32"}, [EDGES]),
                ({**WGMMA, "ASYNC_STAGES": 3}, "bfloat16", {"layout": "tn"}, [EDGES]),
-               ({**WGMMA, "ASYNC_STAGES": 4}, "bfloat16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED])]
+               ({**WGMMA, "ASYNC_STAGES": 4}, "bfloat16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED]),
+               # fed by the TMA from a producer warpgroup: the simulator's copy places each box as the TMA does
+               # (every layout's boxes and panels); EDGES' rows are not 16-byte aligned, so A and B are first copied
+               # to aligned rows
+               ({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1}, "float16", {"layout": "nn"}, [EDGES, ALIGNED, (1, 1, 1)]),
+               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1}, "bfloat16", {"layout": "tt", "out_dtype": "float32"},
+                [EDGES]),
+               ({**WGMMA, "BN": 128, "ASYNC_STAGES": 3, "TMA": 1, "GROUP_M": 1}, "float16", {"layout": "tn"}, [EDGES]),
+               ({**WGMMA, "ASYNC_STAGES": 4, "TMA": 1}, "float16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED])]
 
 
 def test_wgmma_applies_to_float16_tiles_of_its_shape():
@@ -414,15 +422,21 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
     space = load_space("matmul")
     params = {**WGMMA, "ASYNC_STAGES": 4}
     checked = space.validate(params, dtype="float16", family={"layout": "nn"})
-    assert checked == {"strategy": "tiled", **params, "GROUP_M": 8}
+    assert checked == {"strategy": "tiled", **params, "TMA": 0, "GROUP_M": 8}
     for dtype in ("float32", "float64"):
         with pytest.raises(ValueError, match="WGMMA=1 (multiplies float16|on float32 issues)"):
             space.validate(params, dtype=dtype, family={"layout": "nn", "precision": "ieee"})
     for bad, message in (({"BK": 32}, "BK must be 64"), ({"BN": 32}, "64, 128 or 256"),
                          ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"),
-                         ({"BM": 256, "BN": 256}, "registers per thread")):
+                         ({"BM": 256, "BN": 256}, "registers per thread"),
+                         ({"BM": 256, "BN": 256, "TMA": 1}, "640 threads leave 102 registers")):
         with pytest.raises(ValueError, match=message):
             space.validate({**params, **bad}, dtype="float16", family={"layout": "nn"})
+    # the TMA's consumers hold the accumulators and little else: 128 x 256 fits the 170 registers of 384 threads
+    assert space.validate({**params, "BM": 128, "BN": 256, "TMA": 1}, dtype="bfloat16", family={"layout": "tt"})
+    with pytest.raises(ValueError, match="ASYNC_STAGES must be 0 and TMA 0"):
+        space.validate({**WGMMA_TF32, "ASYNC_STAGES": 4, "TMA": 1}, dtype="float32",
+                       family={"layout": "nn", "precision": "3xtf32"})
     with pytest.raises(ValueError, match="does not apply"):
         space.validate({**params, "TM": 8}, dtype="float16", family={"layout": "nn"})
     with pytest.raises(ValueError, match="BK=64 is the depth of the float16 wgmma kernel"):
@@ -448,7 +462,12 @@ WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf3
                     ({**WGMMA_TF32, "ASYNC_STAGES": 3}, "float32", {"layout": "nn", "precision": "tf32"},
                      [EDGES_TF32, (1, 1, 1)]),
                     ({**WGMMA_TF32, "BM": 128, "ASYNC_STAGES": 4, "GROUP_M": 1}, "float32",
-                     {"layout": "tt", "precision": "tf32"}, [EDGES_TF32])]
+                     {"layout": "tt", "precision": "tf32"}, [EDGES_TF32]),
+                    # the same copies fed to it by the TMA
+                    ({**WGMMA_TF32, "ASYNC_STAGES": 3, "TMA": 1}, "float32", {"layout": "tn", "precision": "tf32"},
+                     [EDGES_TF32, (1, 1, 1)]),
+                    ({**WGMMA_TF32, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "TMA": 1}, "float32",
+                     {"layout": "nt", "precision": "tf32"}, [EDGES_TF32])]
 
 
 @pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
@@ -493,7 +512,7 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
     for precision in ("tf32", "3xtf32"):
         family = {"layout": "nn", "precision": precision}
         assert space.validate(params, dtype="float32", family=family) == {"strategy": "tiled", **WGMMA_TF32,
-                                                                           "GROUP_M": 8, "PREFETCH": 1}
+                                                                           "TMA": 0, "GROUP_M": 8, "PREFETCH": 1}
     with pytest.raises(ValueError, match="at precision ieee"):
         space.validate(params, dtype="float32", family={"layout": "nn", "precision": "ieee"})
     family = {"layout": "nn", "precision": "tf32"}
@@ -504,7 +523,8 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
         with pytest.raises(ValueError, match=message):
             space.validate({**params, **bad}, dtype="float32", family=family)
     copies = {**params, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}
-    assert space.validate(copies, dtype="float32", family=family) == {"strategy": "tiled", **copies, "GROUP_M": 8}
+    assert space.validate(copies, dtype="float32", family=family) == {"strategy": "tiled", **copies, "TMA": 0,
+                                                                      "GROUP_M": 8}
     with pytest.raises(ValueError, match="at 3xtf32 splits .*ASYNC_STAGES must be 0"):
         space.validate(copies, dtype="float32", family={**family, "precision": "3xtf32"})
     space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family=family)

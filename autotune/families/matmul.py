@@ -51,11 +51,17 @@ def is_wgmma_tf32(p: Mapping[str, Any]) -> bool:
     return is_wgmma(p) and p.get("MMA") == 8
 
 
+def is_tma(p: Mapping[str, Any]) -> bool:
+    """A wgmma variant whose tiles a producer warpgroup copies with the TMA (templates/matmul_wgmma.py.j2: float16,
+    bfloat16, and float32 at tf32 from rounded copies), from tensor maps the call makes on the host."""
+    return is_wgmma(p) and bool(p.get("TMA", 0))
+
+
 def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
-    """A TF32 wgmma variant fed by cp.async (ASYNC_STAGES > 0, precision tf32): its operands are first rounded to
-    TF32 into K-major copies (autotune/tf32_copies.py), which float16's kernel then multiplies from shared memory
-    (templates/matmul_wgmma.py.j2 with TF32). With ASYNC_STAGES 0 they are rounded on their way through registers
-    (templates/matmul_wgmma_tf32.py.j2)."""
+    """A TF32 wgmma variant fed by cp.async or the TMA (ASYNC_STAGES > 0, precision tf32): its operands are first
+    rounded to TF32 into K-major copies (autotune/tf32_copies.py), which float16's kernel then multiplies from
+    shared memory (templates/matmul_wgmma.py.j2 with TF32). With ASYNC_STAGES 0 they are rounded on their way
+    through registers (templates/matmul_wgmma_tf32.py.j2)."""
     return is_wgmma_tf32(p) and p.get("ASYNC_STAGES", 0) > 0
 
 
@@ -63,7 +69,7 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
     if not is_tiled(p):
         return 256
     if is_wgmma(p):
-        return 128 * (p["BM"] // 64)  # a warpgroup per 64 rows
+        return 128 * (p["BM"] // 64 + is_tma(p))  # a warpgroup per 64 rows, and the TMA's producer
     return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
 
 
@@ -151,6 +157,8 @@ def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
     names = ["A", "B", "C"]
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
+    if is_tma(params):  # the tensor maps of A and B (the simulator reads A and B themselves)
+        return tuple(names + ["maps", "M", "N", "K", "lda", "ldb", "ldc", "vec_c"])
     if is_wgmma(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc", "vec_a", "vec_b", "vec_c"])
     if split_add(params) == "last_block":
@@ -261,7 +269,7 @@ def _wgmma_fits(p, ctx):
     if p["BK"] != 32:
         return (f"WGMMA=1 on float32 reads shared rows of 32 floats (128 bytes, the swizzle's span): BK must be 32, "
                 f"not {p['BK']}")
-    if p["ASYNC_STAGES"]:
+    if p["ASYNC_STAGES"] or p.get("TMA"):
         return _wgmma_copies_fit(p, precision)
     if 4 * p["BN"] < p["BM"]:
         return (f"WGMMA=1 on float32: BN={p['BN']} is too narrow for BM={p['BM']} (each thread loads whole 16-byte "
@@ -277,20 +285,22 @@ def _wgmma_fits(p, ctx):
 
 def _wgmma_copies_fit(p, precision):
     if precision != "tf32":
-        return ("WGMMA=1 at 3xtf32 splits its operands on their way through registers: ASYNC_STAGES must be 0 (the "
-                "cp.async pipeline reads operands rounded beforehand, precision tf32)")
+        return ("WGMMA=1 at 3xtf32 splits its operands on their way through registers: ASYNC_STAGES must be 0 and "
+                "TMA 0 (the cp.async and TMA pipelines read operands rounded beforehand, precision tf32)")
     return _async_wgmma_fits(p)
 
 
 def _async_wgmma_fits(p):
-    """The cp.async-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers."""
+    """The cp.async- or TMA-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers
+    (a consumer of the TMA's copies keeps the accumulators and little else)."""
     if p["ASYNC_STAGES"] not in (3, 4):
         return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
                 f"not {p['ASYNC_STAGES']}")
     registers = 65536 // matmul_threads(p)
-    if p["BN"] // 2 + 64 > min(255, registers):
+    needed = p["BN"] // 2 + (32 if is_tma(p) else 64)
+    if needed > min(255, registers):
         return (f"WGMMA=1: {matmul_threads(p)} threads leave {registers} registers per thread, where {p['BN'] // 2} "
-                f"accumulators and the copies need about {p['BN'] // 2 + 64}")
+                f"accumulators and the {'addresses' if is_tma(p) else 'copies'} need about {needed}")
     return None
 
 
@@ -417,7 +427,7 @@ class MatmulFamily(KernelFamily):
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
                        OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
-                       TF32=reads_rounded_copies(params))
+                       TF32=reads_rounded_copies(params), TMA=is_tma(params))
             if ctx["TF32"]:  # the copies are K-major whatever the layout: A as M x K, B as N x K
                 ctx.update(TRANS_A=False, TRANS_B=True, EL0="float32(0)")
             return ctx
@@ -629,8 +639,12 @@ class MatmulFamily(KernelFamily):
                 for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
 
     def selftest_extras(self) -> list[dict[str, Any]]:
-        """Configurations a covering sample leaves out that the selftest checks too: the seed kernels."""
-        return [{"strategy": "naive"}, {"strategy": "shared16"}]
+        """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
+        kernels, and the TMA-fed wgmma ones, which the random draws of a covering sample (rejection sampling over
+        every parameter) practically never reach."""
+        tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
+        return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1}]
 
     def bench_name(self, problem) -> str:
         layout, precision, out = (problem.family[a] for a in ("layout", "precision", "out_dtype"))

@@ -18,10 +18,11 @@ from ..dtypes import kernel_view, storage
 from ..family import Kernel
 from ..launch import Plan, Planned, configure, zero
 from ..streams import DEFAULT, as_stream, follow, stream_key
-from .matmul import (accumulator_dtype, dynamic_shared_bytes, is_wgmma, kernel_args, matmul_threads,
+from .matmul import (accumulator_dtype, dynamic_shared_bytes, is_tma, is_wgmma, kernel_args, matmul_threads,
                      reads_rounded_copies, split_add)
 
 INT32_MAX = 2**31 - 1
+KEPT_TENSOR_MAPS = 64  # per kernel object: the maps of this many operand pairs are kept
 WGMMA_VECTOR_BYTES = 16  # wgmma variants copy A and B, and store C, in 16-byte pieces
 
 
@@ -32,7 +33,7 @@ def index_type(params: Mapping[str, Any]) -> str:
 def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
     arr, it = f"{storage(dtype)}[::1]", index_type(params)
     types = {"A": arr, "B": arr, "C": f"{storage(out_dtype or dtype)}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
-             "counters": "int32[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
+             "counters": "int32[::1]", "maps": "uint8[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
 
 
@@ -52,6 +53,8 @@ class MatmulKernel(Planned, Kernel):
         self.arg_names = kernel_args(params)
         self._launches: dict[tuple[int, int, int], tuple] = {}
         self._copies: dict[tuple, tuple] = {}
+        self._aligned: dict[tuple, Any] = {}
+        self._maps: dict[tuple, Any] = {}
         self._int = np.int32 if index_type(params) == "int32" else np.int64
         self._stand_ins = None
         self._vecs = self._vectors()
@@ -181,6 +184,13 @@ class MatmulKernel(Planned, Kernel):
         configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
         if reads_rounded_copies(p):
             a_flat, b_flat, lda, ldb = self._rounded_copies(a_flat, b_flat, M, N, K, lda, ldb, stream)
+        maps = None
+        if is_tma(p):
+            if not reads_rounded_copies(p):  # the copies' rows are aligned
+                (a_flat, lda), (b_flat, ldb) = (self._tma_readable(x, rows, cols, ld, name, stream)
+                                                for x, (rows, cols, _), ld, name
+                                                in zip((a_flat, b_flat), self._read_as(M, N, K), (lda, ldb), "AB"))
+            maps = self._tensor_maps(a_flat, b_flat, M, N, K, lda, ldb)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
                                for x, ld, vec in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs))
         if split_add(p) in ("atomic", "vector"):  # the slices add into C
@@ -188,13 +198,74 @@ class MatmulKernel(Planned, Kernel):
         i = self._int
         values = {"A": a_flat, "B": b_flat, "C": c_flat, "W": partials, "counters": counters, "M": i(M), "N": i(N),
                   "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,
-                  "vec_b": vec_b, "vec_c": vec_c}
+                  "vec_b": vec_b, "vec_c": vec_c, "maps": maps}
         self._enqueue(configured, *(values[name] for name in self.arg_names))
 
+    def _read_as(self, M: int, N: int, K: int) -> tuple[tuple[int, int, bool], tuple[int, int, bool]]:
+        """Rows, columns and K-majorness of A and B as the kernel reads them: as stored (A M x K, B K x N, each
+        transposed in a 't' layout), or the K-major rounded copies (M x K and N x K) of a variant reading them."""
+        if reads_rounded_copies(self.params):
+            return (M, K, True), (N, K, True)
+        a = (K, M, False) if self.layout[0] == "t" else (M, K, True)
+        b = (N, K, True) if self.layout[1] == "t" else (K, N, False)
+        return a, b
+
+    def _tma_readable(self, x, rows: int, cols: int, ld: int, name: str, stream) -> tuple[Any, int]:
+        """An operand as the TMA reads it: itself where its rows start 16-byte aligned, else a copy whose rows do
+        (aligned_rows; kept per shape, operand and stream), its launch enqueued; and its row stride."""
+        from .. import aligned_rows as ar
+
+        if arrays.aligned(x, ar.ALIGNED_ELEMENTS) and ld % ar.ALIGNED_ELEMENTS == 0:
+            return x, ld
+        key = (name, rows, cols, stream_key(stream))
+        if key not in self._aligned:
+            from numba import cuda
+
+            configured = configure(ar.aligned_rows, -(-rows * cols // ar.THREADS), ar.THREADS, 0, self.simulator,
+                                   stream)
+            self._aligned[key] = configured, cuda.device_array(rows * ar.aligned_ld(cols), dtype=x.dtype)
+        configured, copy = self._aligned[key]
+        self._enqueue(configured, x, copy, np.int64(rows), np.int64(cols), np.int64(ld),
+                      np.int64(ar.aligned_ld(cols)))
+        return copy, ar.aligned_ld(cols)
+
+    def _tensor_maps(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int):
+        """The device array of A's and B's tensor maps (128 bytes each), boxes as the template copies them, rows of
+        128 bytes (the swizzle's span): a K-major operand in one box of BM (BN) rows, an M/N-major one in panels
+        of 64 rows. Kept per operand
+        pair (a map holds only pointers, sizes and strides); the simulator's kernel reads A and B instead."""
+        from numba import cuda
+
+        key = (arrays.device_pointer(a_flat), arrays.device_pointer(b_flat), M, N, K, lda, ldb)
+        if key in self._maps:
+            return self._maps[key]
+        if self.simulator:
+            maps = cuda.device_array(1, dtype=np.uint8)
+        else:
+            from ..tma import SWIZZLE_BYTES, tensor_map_bytes
+
+            size = a_flat.dtype.itemsize
+            wide = SWIZZLE_BYTES // size  # a box row: the swizzle's span
+            tiles = (self.params["BM"], self.params["BN"])
+            pieces = [tensor_map_bytes(arrays.device_pointer(flat), 8 * size, cols, rows, ld * size,
+                                       (wide, tile if k_major else wide))
+                      for flat, ld, (rows, cols, k_major), tile
+                      in zip((a_flat, b_flat), (lda, ldb), self._read_as(M, N, K), tiles)]
+            maps = cuda.to_device(np.frombuffer(b"".join(pieces), dtype=np.uint8))
+        if len(self._maps) >= KEPT_TENSOR_MAPS:
+            self._maps.pop(next(iter(self._maps)))
+        self._maps[key] = maps
+        return maps
+
     def helper_kernels(self) -> list[tuple[Any, str]]:
-        """The copy kernels a variant reading rounded copies launches first (for its layout); none otherwise."""
+        """The copy kernels a variant launches first where it needs them: a variant reading rounded copies, those
+        of its layout; a TMA variant, the copy into aligned rows; none otherwise."""
         if not reads_rounded_copies(self.params):
-            return []
+            if not is_tma(self.params):
+                return []
+            from .. import aligned_rows as ar
+
+            return [(ar.aligned_rows, ar.signature(storage(self.dtype)))]
         from .. import tf32_copies as tc
 
         kernels = {tc.rounded_transpose if transposed else tc.rounded_rows

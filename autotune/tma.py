@@ -1,0 +1,126 @@
+"""Hopper's tensor memory accelerator and transaction barriers as Numba intrinsics (sm_90).
+
+A *tensor map* (128 bytes, made on the host by the driver's ``cuTensorMapEncodeTiled``: ``tensor_map_bytes``)
+describes a 2-d array in global memory and the box of it that one copy moves. ``tma_load_2d``, issued by one
+thread, copies the box at given coordinates into shared memory, in the map's swizzle (the 128-byte one is the
+layout wgmma reads), and fills the elements outside the array with zeros; the copy reports its bytes to an
+*mbarrier* in shared memory. The maps live in a device array (64-byte aligned) whose generic address the copy
+takes.
+
+An mbarrier (8 bytes of shared memory) completes a *phase* when its expected arrivals have arrived and the bytes
+announced by ``mbar_expect_tx`` have landed; ``mbar_try_wait`` tests whether the phase of a given parity has
+completed. A pipeline of stages keeps two per stage: *full* (the producer's copies landed) and *empty* (every
+consumer has finished reading the stage).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba.core import types
+from numba.cuda.extending import intrinsic
+
+from .intrinsics import _element_pointer, _make_plain_asm, _shared_address
+
+SWIZZLE_BYTES = 128  # the span of the swizzle the maps use: a box's rows are this long
+fence_barrier_init = _make_plain_asm("fence.mbarrier_init.release.cluster;")
+
+
+def _i32(context, builder, value, ty):
+    return context.cast(builder, value, ty, types.int32)
+
+
+def _asm(builder, text: str, constraints: str, args: list, returns=None):
+    fnty = ir.FunctionType(returns or ir.VoidType(), [a.type for a in args])
+    return builder.call(ir.InlineAsm(fnty, text, constraints + ",~{memory}", side_effect=True), args)
+
+
+@intrinsic
+def mbar_init(typingctx, bars, idx, count):
+    """Initialize mbarrier bars[idx] (a shared uint64 array) to expect ``count`` arrivals per phase."""
+    def codegen(context, builder, sig, args):
+        addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        _asm(builder, "mbarrier.init.shared::cta.b64 [$0], $1;", "r,r", [addr, _i32(context, builder, args[2],
+                                                                                     sig.args[2])])
+        return context.get_dummy_value()
+
+    return types.void(bars, idx, count), codegen
+
+
+@intrinsic
+def mbar_expect_tx(typingctx, bars, idx, nbytes):
+    """Arrive at bars[idx] and announce ``nbytes`` more bytes that copies will report to it this phase."""
+    def codegen(context, builder, sig, args):
+        addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        _asm(builder, "mbarrier.arrive.expect_tx.shared::cta.b64 _, [$0], $1;", "r,r",
+             [addr, _i32(context, builder, args[2], sig.args[2])])
+        return context.get_dummy_value()
+
+    return types.void(bars, idx, nbytes), codegen
+
+
+@intrinsic
+def mbar_arrive(typingctx, bars, idx):
+    """Arrive at bars[idx] (release: this thread's earlier reads and writes happen before the phase completes)."""
+    def codegen(context, builder, sig, args):
+        addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        _asm(builder, "mbarrier.arrive.shared::cta.b64 _, [$0];", "r", [addr])
+        return context.get_dummy_value()
+
+    return types.void(bars, idx), codegen
+
+
+@intrinsic
+def mbar_try_wait(typingctx, bars, idx, parity):
+    """Whether the phase of ``parity`` (0 or 1) of bars[idx] has completed, the thread suspended a while in hardware
+    first if not; acquire: what the arrivals released is visible after a True."""
+    def codegen(context, builder, sig, args):
+        addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        text = "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [$1], $2; selp.u32 $0, 1, 0, p; }"
+        done = _asm(builder, text, "=r,r,r", [addr, _i32(context, builder, args[2], sig.args[2])], ir.IntType(32))
+        return builder.icmp_unsigned("!=", done, ir.Constant(ir.IntType(32), 0))
+
+    return types.boolean(bars, idx, parity), codegen
+
+
+@intrinsic
+def tma_load_2d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
+    """Copy the box of the tensor map at maps[midx] (a device uint8 array) whose first element is (x, y) (x along
+    the array's contiguous dimension) into smem[sidx] (1024-byte aligned for the 128-byte swizzle), reporting
+    its bytes to mbarrier bars[bidx]. Elements outside the array arrive as zeros."""
+    def codegen(context, builder, sig, args):
+        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
+        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
+        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7)]
+        _asm(builder, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                      "[$0], [$1, {$3, $4}], [$2];", "r,l,r,r,r", [dst, tmap, bar, *coords])
+        return context.get_dummy_value()
+
+    return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
+
+
+def tensor_map_bytes(pointer: int, dtype_bits: int, inner: int, outer: int, row_bytes: int, box: tuple[int, int],
+                     swizzle: int = SWIZZLE_BYTES) -> bytes:
+    """The 128 bytes of a tensor map over a 2-d array at device ``pointer``: ``inner`` elements along its
+    contiguous dimension, ``outer`` rows ``row_bytes`` apart (a multiple of 16), boxes of ``box`` (inner, outer)
+    elements, out-of-range elements read as zeros. Needs the CUDA driver (a GPU)."""
+    import numpy as np
+    from cuda.bindings import driver as drv
+
+    kinds = {16: drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
+             32: drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
+    swizzles = {0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
+                128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    err, tmap = drv.cuTensorMapEncodeTiled(
+        kinds[dtype_bits], drv.cuuint32_t(2), pointer, [drv.cuuint64_t(inner), drv.cuuint64_t(outer)],
+        [drv.cuuint64_t(row_bytes)], [drv.cuuint32_t(b) for b in box], [drv.cuuint32_t(1)] * 2,
+        drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
+        drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if err != drv.CUresult.CUDA_SUCCESS:
+        raise ValueError(f"cuTensorMapEncodeTiled refused the map ({err}): {inner} x {outer}, rows {row_bytes} "
+                         f"bytes apart, box {box}")
+    return np.array(tmap.opaque, dtype=np.uint64).tobytes()
+
+
+__all__ = ["fence_barrier_init", "mbar_arrive", "mbar_expect_tx", "mbar_init", "mbar_try_wait", "tensor_map_bytes",
+           "tma_load_2d"]
