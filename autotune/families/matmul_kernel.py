@@ -232,8 +232,8 @@ class MatmulKernel(Planned, Kernel):
     def _tensor_maps(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int):
         """The device array of A's and B's tensor maps (128 bytes each), boxes as the template copies them, rows of
         128 bytes (the swizzle's span): a K-major operand in one box of BM (BN) rows, an M/N-major one in panels
-        of 64 rows. Kept per operand
-        pair (a map holds only pointers, sizes and strides); the simulator's kernel reads A and B instead."""
+        of 64 rows. Kept per operand pair (a map holds only pointers, sizes and strides, so a kept one is right
+        for any later array at the same address); the simulator's kernel reads A and B instead."""
         from numba import cuda
 
         key = (arrays.device_pointer(a_flat), arrays.device_pointer(b_flat), M, N, K, lda, ldb)

@@ -70,7 +70,8 @@ def tma_sim(smem, at, src, ld, inner, outer, x, y, rows):
     for r in range(rows):
         for e in range(64):
             inside = y + r < outer and x + e < inner
-            smem[at + r * 64 + (e // 8 ^ r % 8) * 8 + e % 8] = src[(y + r) * ld + x + e] if inside else uint16(0)
+            to = at + r * 64 + (e // 8 ^ r % 8) * 8 + e % 8
+            smem[to] = src[(y + r) * ld + x + e] if inside else uint16(0)
 
 
 @cuda.jit
