@@ -44,15 +44,19 @@ def postgres_url():
 
 
 def pytest_configure(config):
-    """Each xdist worker runs on a CPU of its own (the processes it starts inherit it) where there are as many.
-    The simulator runs a block's threads as Python threads that hand the interpreter to each other at every
-    barrier; a hand-off to a thread the kernel woke on a CPU busy with another worker's compile waits for that
-    CPU's time slice, and a 1.4 s simulator test took 10 s beside two busy processes, 0.95 s pinned beside them."""
+    """Each xdist worker runs on CPUs of its own, an equal share (the processes it starts inherit them), where there
+    are at least as many CPUs as workers. The simulator runs a block's threads as Python threads that hand the
+    interpreter to each other at every barrier; a hand-off to a thread woken on a CPU busy with another worker's
+    compile waits for that CPU's time slice: a 1.4 s simulator test took 10 s beside two busy processes on a
+    2-CPU machine, and 0.95 s on a CPU of its own with both busy processes on the other (benchmarks/NOTES.md,
+    item 52)."""
     worker = getattr(config, "workerinput", {}).get("workerid", "")
-    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
     count = int(getattr(config, "workerinput", {}).get("workercount", 0))
-    if worker.startswith("gw") and count and len(cpus) >= count:
-        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
+    cpus = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+    if worker.startswith("gw") and 0 < count <= len(cpus):
+        share = len(cpus) // count
+        index = int(worker[2:]) % count
+        os.sched_setaffinity(0, set(cpus[index * share:(index + 1) * share]))
 
 
 def pytest_sessionfinish(session, exitstatus):
