@@ -34,9 +34,27 @@ def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
 def start_child(parent_pid: int) -> None:
     """What every child process of ours does first: leave Ctrl-C to the parent, which stops its children itself
     (a terminal sends SIGINT to the whole process group; a child that raised KeyboardInterrupt mid-job would
-    print a traceback and hand the parent a failure that is really an interruption), and exit with the parent."""
+    print a traceback and hand the parent a failure that is really an interruption), exit with the parent, and
+    turn off Numba's error highlighting (``plain_numba_errors``)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(parent_pid)
+    plain_numba_errors()
+
+
+HIGHLIGHTING_OFF = ("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING", "1")
+
+
+def plain_numba_errors() -> None:
+    """Numba's error messages without terminal colours in this process (effective where Numba is not imported
+    yet, as in our freshly spawned children).
+
+    Where colorama is installed, Numba marks up the message of every error it creates, and a compile creates
+    thousands that type inference raises and catches (7,406 `literal` refusals in a 16 x 8-tile matmul), each
+    markup wrapping the standard streams through colorama anew: 8% of such a compile (5.0 -> 4.6 s on the
+    project's CPU; benchmarks/NOTES.md, item 52). A child's errors are recorded as text, where escape codes are
+    noise anyway."""
+    name, value = HIGHLIGHTING_OFF
+    os.environ[name] = value
 
 
 STOP_WAIT_S = 10.0

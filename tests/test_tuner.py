@@ -414,6 +414,23 @@ def test_problems_share_a_warm_compile_pool_until_one_leaves_a_compile_running(t
     assert pools._pool is None
 
 
+def numba_error_scheme() -> tuple[str | None, str]:
+    """In a child: the highlighting setting and the colour scheme Numba's errors use."""
+    from numba.core import errors
+
+    return os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"), type(errors.termcolor()).__name__
+
+
+def test_compile_processes_make_numba_errors_without_markup():
+    """Where colorama is installed, Numba marks up every error a compile raises and catches (thousands); the
+    compile processes turn that off before Numba loads."""
+    from autotune.worker import CompilePool
+
+    assert "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ  # this process is left as it was
+    with CompilePool(1) as pool:
+        assert pool.submit(numba_error_scheme).result(timeout=120) == ("1", "NOPColorScheme")
+
+
 def test_no_gpu_says_so(tmp_path):
     proc = run_cli(["matmul", "--device", "0"], tmp_path)
     out, _ = proc.communicate(timeout=120)
