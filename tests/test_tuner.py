@@ -426,9 +426,10 @@ def test_compile_processes_make_numba_errors_without_markup():
     compile processes turn that off before Numba loads."""
     from autotune.worker import CompilePool
 
-    assert "NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING" not in os.environ  # this process is left as it was
+    before = os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING")
     with CompilePool(1) as pool:
         assert pool.submit(numba_error_scheme).result(timeout=120) == ("1", "NOPColorScheme")
+    assert os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING") == before  # this process is left as it was
 
 
 def test_no_gpu_says_so(tmp_path):
