@@ -39,24 +39,14 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
             cheap = _cheap(space) if small else None
             sample, _ = space.covering_sample(dtype=dtype, family=impl.family_args(**args),
                                               seed=int(rng.integers(1 << 30)), cheap=cheap)
-            extras = [p for p in getattr(impl, "selftest_extras", lambda: [])()
-                      if _valid(space, p, dtype, impl.family_args(**args))]
+            extras = [p for p in getattr(impl, "selftest_extras", lambda: [])()  # those that apply to dtype
+                      if space.checked_or_none(p, dtype=dtype, family=impl.family_args(**args)) is not None]
             if small:  # one odd shape: a prime-sized array, or a matrix no tile divides
                 sample = sample[:SIMULATOR_VARIANTS]
                 shapes = shapes[1:2]
             variants = [p for p in extras + sample if device is None or not impl.unfit_for(p, device)]
             plan.append((kind, dtype, args, shapes, variants))
     return plan
-
-
-def _valid(space, params, dtype: str, family) -> bool:
-    """Whether an extra configuration applies to this dtype and these arguments (the extras are listed once per
-    family: a float16 one does not apply to float64)."""
-    try:
-        space.validate(params, dtype=dtype, family=family)
-    except ValueError:
-        return False
-    return True
 
 
 def _cheap(space) -> dict:

@@ -121,6 +121,15 @@ class SearchSpace:
         applicable = self.defaults({**family, **params})
         return self.validate({k: v for k, v in params.items() if k in applicable}, dtype=dtype, family=family)
 
+    def checked_or_none(self, params: Mapping[str, Any], *, dtype: str,
+                        family: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """``validate``'s configuration, or None where it is not valid here (a configuration listed once for a
+        family that may not apply to this dtype or problem: a start, a selftest extra)."""
+        try:
+            return self.validate(params, dtype=dtype, family=family)
+        except ValueError:
+            return None
+
     def violation(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> str | None:
         """The first constraint the (type-checked) configuration breaks, as a sentence, or None."""
         ctx = Context(dtype=dtype, family=family, kernel=self.impl)

@@ -346,10 +346,7 @@ class Tuner:
                 queued.add(key)
 
     def _validated(self, start: dict[str, Any]) -> dict[str, Any] | None:
-        try:
-            return self.space.validate(start, dtype=self.problem.dtype, family=self.problem.family)
-        except ValueError:
-            return None
+        return self.space.checked_or_none(start, dtype=self.problem.dtype, family=self.problem.family)
 
     def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
         """A start in the forms its family fits to this problem, best fit first (e.g. split-K for a matmul too
