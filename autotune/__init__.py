@@ -16,10 +16,11 @@ __all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "Ke
            "Case", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
 __version__ = "0.2.0"
 
-_WHERE = {**{name: "families.functions" for name in FUNCTIONS},
-          "build_kernel": "build", "get_best_kernel": "lookup", "TunedKernelWarning": "lookup",
-          "register_family": "registry", "KernelFamily": "family", "FamilyArg": "family", "Kernel": "family",
-          "Case": "family", "compare_exact": "oracle", "compare_close": "oracle", "unwritten": "oracle"}
+_WHERE = {**{name: "functions" for name in FUNCTIONS},
+          "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "runtime.lookup",
+          "register_family": "core.registry", "KernelFamily": "core.family", "FamilyArg": "core.family",
+          "Kernel": "core.family", "Case": "core.family", "compare_exact": "core.oracle",
+          "compare_close": "core.oracle", "unwritten": "core.oracle"}
 
 
 def __getattr__(name):

@@ -35,9 +35,9 @@ from tables import emit
 ROOT = Path(__file__).resolve().parent.parent
 CHILD = r'''
 import json, sys, time
-from autotune.build import build_kernel
-from autotune.compiler import DEFAULT_CC, arch, load_source, ptx_of, resource_report
-from autotune.problem import Problem
+from autotune.runtime.build import build_kernel
+from autotune.runtime.compiler import DEFAULT_CC, arch, load_source, ptx_of, resource_report
+from autotune.core.problem import Problem
 job = json.loads(sys.argv[1])
 problem = Problem(job["kind"], tuple(job["shape"]), job["dtype"], job["args"])
 kernel = build_kernel(job["kind"], job["params"], job["dtype"], **problem.family)
@@ -116,7 +116,7 @@ def golden_now() -> dict[str, str]:
 def params_at(rev: str) -> dict[str, dict]:
     """The parameters of each entry of the database files at ``rev``, named as in tests/golden/index.yaml."""
     sys.path.insert(0, str(ROOT))
-    from autotune.db import load_file
+    from autotune.runtime.db import load_file
 
     names = subprocess.run(["git", "ls-tree", "--name-only", rev, "tuned_db/"], cwd=ROOT, check=True,
                            capture_output=True, text=True).stdout.split()
@@ -134,7 +134,7 @@ def params_at(rev: str) -> dict[str, dict]:
 def jobs(prefix: str) -> list[tuple[dict, str]]:
     """One job per distinct configuration of the committed database, with the golden index name of one entry."""
     sys.path.insert(0, str(ROOT))
-    from autotune.db import load_file
+    from autotune.runtime.db import load_file
 
     seen, found = set(), []
     for path in sorted((ROOT / "tuned_db").glob("*.yaml")):

@@ -28,8 +28,8 @@ sys.path.insert(0, str(ROOT))
 
 def pairs(new_file: Path, prefix: str) -> list[tuple[object, dict, dict]]:
     """(problem, committed params, new params) for each problem both files hold, in the new file's order."""
-    from autotune.db import db_path, load_file
-    from autotune.device import current_device
+    from autotune.core.device import current_device
+    from autotune.runtime.db import db_path, load_file
 
     committed = {e.problem.key: e for e in load_file(db_path(ROOT / "tuned_db", current_device().name),
                                                        strict=True).entries}
@@ -49,10 +49,10 @@ def main() -> None:
     a = ap.parse_args()
     import numpy as np
 
-    from autotune import backend
-    from autotune.device import current_device
-    from autotune.problem import Instance
-    from autotune.timing import L2Flusher, bench
+    from autotune.core import backend
+    from autotune.core.device import current_device
+    from autotune.tuning.instance import Instance
+    from autotune.tuning.measure import L2Flusher, bench
 
     work = pairs(a.new, a.entries)
     if not work:

@@ -30,11 +30,11 @@ import time
 import warnings
 
 import numpy as np
+from call_overhead import per_call_us  # lab/call_overhead.py: host microseconds per call
 from numba import cuda
 
 import autotune
-from autotune.timing import L2Flusher, bench
-from call_overhead import per_call_us  # lab/call_overhead.py: host microseconds per call
+from autotune.tuning.measure import L2Flusher, bench
 
 OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
 
@@ -189,7 +189,7 @@ def numba_allocated(shape, dtype, order="C", stream=0, context=None):
 def print_host_times(rng, rounds: int = 1) -> None:
     """Part 3; with ``rounds`` > 1, alternately with autotune's result pool and with Numba's allocator (the
     median of the rounds each)."""
-    from autotune import result_pool
+    from autotune.runtime import result_pool
 
     pooled, numba = [], []
     for _ in range(rounds):

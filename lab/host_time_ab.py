@@ -5,22 +5,24 @@ process, alternating rounds (median of five), each round's results checked again
 
 Variants: "before": each result's block given back by a ``weakref.finalize`` and its array made by Numba's
 constructor, launches through cuda.core's ``launch`` and memsets through Numba's driver wrapper; "pool": results
-as autotune/result_pool.py makes them now, launches as before; "after": as the package runs now (launches with
-their parameter buffer built once, autotune/kernel_launch.py). Then one launch of the 2^20 sum's kernel each way,
-and a 256-word memset through Numba's wrapper and through cuda.bindings.
+as autotune/runtime/result_pool.py makes them now, launches as before; "after": as the package runs now (launches with
+their parameter buffer built once, autotune/runtime/kernel_launch.py). Then one launch of the 2^20 sum's kernel each
+way, and a 256-word memset through Numba's wrapper and through cuda.bindings.
 """
 import functools
 import warnings
 
 import cupy as cp
 import numpy as np
+from call_overhead import per_call_us  # lab/call_overhead.py
 from numba import cuda
-from numba.cuda.cudadrv.driver import MemoryPointer, driver as numba_driver
+from numba.cuda.cudadrv.driver import MemoryPointer
+from numba.cuda.cudadrv.driver import driver as numba_driver
 
 import autotune
-from autotune import kernel_launch, result_pool as rp
-from autotune.families import functions as F
-from call_overhead import per_call_us  # lab/call_overhead.py
+from autotune import functions as F
+from autotune.runtime import kernel_launch
+from autotune.runtime import result_pool as rp
 
 warnings.simplefilter("ignore", autotune.TunedKernelWarning)
 

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import numpy as np
 
-from autotune.build import build_kernel
-from autotune.db import db_path, load_file
-from autotune.device import current_device
-from autotune.problem import Problem
-from autotune.selftest import _check, _check_overlapping
+from autotune.commands.selftest import _check, _check_overlapping
+from autotune.core.device import current_device
+from autotune.core.problem import Problem
+from autotune.runtime.build import build_kernel
+from autotune.runtime.db import db_path, load_file
 
 ROOT = Path(__file__).resolve().parent.parent
 SHAPES = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9), (257, 263, 129), (1000, 1000, 1000)]

@@ -3,7 +3,7 @@
     python lab/precision_probe.py [N] [RESULTS_DIR] [float16]
 
 N x N x N standard normal float32 operands (default 4096); the error is the relative (Frobenius) error of 256 rows
-of C against float64. Times: the bench's method (autotune.timing.bench: CUDA events, L2 flushed, median).
+of C against float64. Times: the bench's method (autotune.tuning.measure.bench: CUDA events, L2 flushed, median).
 cuBLAS through CuPy (TF32 off) and PyTorch (TF32 off, then on), all in this process. Writes probe.json.
 With float16: float16 operands, the tuned database entry of N^3 (get_best_kernel) beside CuPy's and PyTorch's
 half GEMM, errors against the float64 product of the same float16 values.
@@ -18,9 +18,9 @@ import numpy as np
 import torch
 from numba import cuda
 
-from autotune.build import build_kernel
-from autotune.oracle import relative_error
-from autotune.timing import L2Flusher, bench
+from autotune.core.oracle import relative_error
+from autotune.runtime.build import build_kernel
+from autotune.tuning.measure import L2Flusher, bench
 
 VARIANTS = [("3xtf32", {"BK": 16, "UNROLL_K": 16}), ("3xtf32", {"BK": 16, "UNROLL_K": 16, "A_SMEM": "mmajor"}),
             ("3xtf32", {"A_SMEM": "mmajor"}), ("3xtf32", {"A_SMEM": "mmajor", "ASYNC_STAGES": 3}),

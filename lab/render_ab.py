@@ -57,9 +57,9 @@ def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, o
     """(label, problem, before source or None, after arguments) per distinct configuration of this GPU's entries."""
     import yaml
 
-    from autotune.db import db_path, load_file
-    from autotune.device import current_device
-    from autotune.problem import Problem
+    from autotune.core.device import current_device
+    from autotune.core.problem import Problem
+    from autotune.runtime.db import db_path, load_file
 
     path = db_path(ROOT / "tuned_db", current_device().name)
     index = yaml.safe_load((before / "index.yaml").read_text()) if before else {}
@@ -85,9 +85,9 @@ def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, o
 def _compile(job) -> str:
     """Compile one version in a fresh process, filling the disk cache for the timing process."""
     kind, dtype, family, params, source = job
-    from autotune.build import build_kernel
-    from autotune.compiler import compile_as_launched, load_source
-    from autotune.registry import family as family_named
+    from autotune.core.registry import family as family_named
+    from autotune.runtime.build import build_kernel
+    from autotune.runtime.compiler import compile_as_launched, load_source
 
     kernel = build_kernel(kind, params, dtype, **family)
     if source is not None:
@@ -97,8 +97,8 @@ def _compile(job) -> str:
 
 
 def kernels_for(problem, source, params):
-    from autotune.build import build_kernel
-    from autotune.compiler import load_source
+    from autotune.runtime.build import build_kernel
+    from autotune.runtime.compiler import load_source
 
     kernel = build_kernel(problem.kind, params, problem.dtype, **problem.family)
     if source is None:
@@ -128,10 +128,10 @@ def main() -> None:
         return
     import numpy as np
 
-    from autotune.compiler import ResourceReport
-    from autotune.device import current_device
-    from autotune.problem import Instance
-    from autotune.timing import L2Flusher, bench
+    from autotune.core.device import current_device
+    from autotune.runtime.compiler import ResourceReport
+    from autotune.tuning.instance import Instance
+    from autotune.tuning.measure import L2Flusher, bench
 
     work = pairs(a.before, a.entries, a.nan_cost)
     jobs = []
@@ -172,17 +172,17 @@ def compare_sets(a) -> None:
     import numpy as np
     import yaml
 
-    from autotune.compiler import ResourceReport
-    from autotune.device import current_device
-    from autotune.problem import Instance
-    from autotune.timing import L2Flusher, bench
+    from autotune.core.device import current_device
+    from autotune.runtime.compiler import ResourceReport
+    from autotune.tuning.instance import Instance
+    from autotune.tuning.measure import L2Flusher, bench
 
     sets = [("before", a.before)] + [tuple(c.split("=", 1)) for c in a.candidate]
     sets = [(name, Path(folder)) for name, folder in sets]
     indexes = {name: yaml.safe_load((folder / "index.yaml").read_text()) for name, folder in sets}
     work = pairs(a.before, a.entries, False)
     source = lambda name, folder, label: (folder / "renders" / f"{indexes[name][label]}.py").read_text()  # noqa
-    from autotune.db import db_path
+    from autotune.runtime.db import db_path
 
     file_name = db_path(ROOT / "tuned_db", current_device().name).name
     jobs = [(p.kind, p.dtype, dict(p.family), after["params"], source(name, folder, f"{file_name}: {label} gpu"))

@@ -3,7 +3,7 @@
     python lab/replay_compare.py [SWEEP ...] [--seeds 30] [--trials 100] [--out benchmarks/search-quality.md]
 
 Per sweep, a table with one row per setting: the median and 10th-percentile fraction of the optimum reached at
-20 and 50 trials, and the score at 50 (see autotune/replay.py). Runs on the CPU. Settings: the default (TPE,
+20 and 50 trials, and the score at 50 (see autotune/tuning/replay.py). Runs on the CPU. Settings: the default (TPE,
 10 random start-up trials, the search space's start list, then two in three trials refining the fastest so far),
 the same without refinement, TPE with 5, 10 and 20 start-up trials and without the start list, random search and
 CMA-ES (both without refinement, as baselines; CMA-ES where the cmaes package is installed), and TPE from the H100
@@ -18,8 +18,8 @@ import sys
 import time
 from pathlib import Path
 
-from autotune.replay import Settings, fraction_at, neighbours_from, random_fraction, replay
-from autotune.sweep import load_sweep
+from autotune.tuning.replay import Settings, fraction_at, neighbours_from, random_fraction, replay
+from autotune.tuning.sweep import load_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 DB = ROOT / "tuned_db" / "nvidia-h100-80gb-hbm3.yaml"
@@ -42,7 +42,7 @@ def settings_for(sweep) -> list[tuple[str, Settings]]:
 
 
 def quantiles(values: list[float]) -> tuple[float, float]:
-    from autotune.timing import quantile
+    from autotune.core.timing import quantile
 
     return quantile(values, 0.5), quantile(values, 0.1)
 

@@ -12,8 +12,8 @@ import re
 import subprocess
 import tempfile
 
-from autotune.build import build_kernel
-from autotune.compiler import link, ptx_of, resource_report
+from autotune.runtime.build import build_kernel
+from autotune.runtime.compiler import link, ptx_of, resource_report
 
 
 def cubin_of(kernel, cc=(9, 0)) -> bytes:

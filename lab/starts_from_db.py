@@ -41,8 +41,8 @@ def main() -> None:
     ap.add_argument("files", nargs="*", type=Path)
     ap.add_argument("--kernel", default="matmul")
     a = ap.parse_args()
-    from autotune.db import load_file
-    from autotune.space import load_space
+    from autotune.core.space import load_space
+    from autotune.runtime.db import load_file
 
     space = load_space(a.kernel)
     won: dict[str, list[str]] = {}

@@ -24,11 +24,11 @@ import time
 import numpy as np
 from numba import cuda
 
-from autotune.arrays import device_to_host, host_to_device
-from autotune.build import build_kernel
-from autotune.dtypes import HALF
-from autotune.oracle import poison, relative_error
-from autotune.problem import Problem
+from autotune.core.dtypes import HALF
+from autotune.core.oracle import poison, relative_error
+from autotune.core.problem import Problem
+from autotune.runtime.arrays import device_to_host, host_to_device
+from autotune.runtime.build import build_kernel
 
 WGMMA = {"MMA": 16, "WGMMA": 1, "BK": 64}
 TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "ASYNC_STAGES": 0}
@@ -120,7 +120,7 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
     import cupy
     import torch
 
-    from autotune.timing import L2Flusher, bench
+    from autotune.tuning.measure import L2Flusher, bench
 
     rng = np.random.default_rng(0)
     flush = L2Flusher()
@@ -168,7 +168,7 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
 def rounded_copies(dA, dB, n: int):
     """The first step of a tf32 variant on rounded copies, alone (layout nn: A copied, B transposed), and what
     it leaves in the copy of A."""
-    from autotune import tf32_copies as tc
+    from autotune.families.matmul import tf32_copies as tc
 
     a, b = (cuda.device_array(n * n, np.float32) for _ in range(2))
     ins, outs = (dA.reshape(n * n), dB.reshape(n * n)), (a, b)

@@ -8,7 +8,7 @@ from numba import cuda
 def poisoned(shape, dtype):
     """A device array full of the poison (NaN; integers: oracle.poison's pattern): any element a kernel fails to
     write keeps it and fails the check."""
-    from autotune.oracle import poison
+    from autotune.core.oracle import poison
 
     return cuda.to_device(np.full(shape, poison(dtype), dtype=dtype))
 

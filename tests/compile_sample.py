@@ -6,10 +6,10 @@ real compiler cannot share one. Prints one JSON line per variant: family, parame
 import json
 import sys
 
-from autotune.build import build_kernel
-from autotune.compiler import resource_report
-from autotune.space import load_space
-from autotune.worker import CompilePool
+from autotune.core.space import load_space
+from autotune.runtime.build import build_kernel
+from autotune.runtime.compiler import resource_report
+from autotune.tuning.worker import CompilePool
 
 # Together these use every value of every parameter of both families, both dtypes and transposed operands.
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),

@@ -21,8 +21,8 @@ ROOT = HERE.parent
 
 def current_renders() -> dict[str, str]:
     """{"<db file>: <problem key> <gpu|simulator>": source} for every entry of the committed database."""
-    from autotune.build import render_source
-    from autotune.db import load_file
+    from autotune.runtime.build import render_source
+    from autotune.runtime.db import load_file
 
     renders = {}
     for path in sorted((ROOT / "tuned_db").glob("*.yaml")):

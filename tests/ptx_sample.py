@@ -7,8 +7,8 @@ import json
 import re
 import sys
 
-from autotune.build import build_kernel
-from autotune.compiler import load_source, ptx_of
+from autotune.runtime.build import build_kernel
+from autotune.runtime.compiler import load_source, ptx_of
 
 SPLIT = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 1, "SPLIT_K": 2}
 REDUCE = {"BLOCK": 128, "ITEMS": 2}
@@ -68,8 +68,8 @@ def statement_form() -> str:
 
 
 def tf32_copy(name: str) -> str:
-    """The PTX of one of autotune/tf32_copies.py's fixed kernels ("tf32_rows", "tf32_transpose")."""
-    from autotune import tf32_copies
+    """The PTX of one of autotune/families/matmul/tf32_copies.py's fixed kernels ("tf32_rows", "tf32_transpose")."""
+    from autotune.families.matmul import tf32_copies
 
     kernel = tf32_copies.rounded_rows if name == "tf32_rows" else tf32_copies.rounded_transpose
     flag = ", boolean" if name == "tf32_rows" else ""

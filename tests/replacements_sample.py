@@ -19,9 +19,9 @@ from numba.cuda.compiler import run_frontend
 from numba.cuda.core import analysis, controlflow, ir, ir_utils, ssa, untyped_passes
 from numba.cuda.core.typed_passes import PreLowerStripPhis
 
-from autotune import numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
-from autotune.build import build_kernel
-from autotune.compiler import ptx_of
+from autotune._patches import numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
+from autotune.runtime.build import build_kernel
+from autotune.runtime.compiler import ptx_of
 
 TILED = {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4, "UNROLL_K": 8}
 VARIANTS = {

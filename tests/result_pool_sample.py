@@ -1,5 +1,5 @@
-"""Drive autotune.result_pool with Numba's real array and memory classes (not the simulator's) over a stand-in CUDA
-context whose blocks are numbered addresses, no GPU needed.
+"""Drive autotune.runtime.result_pool with Numba's real array and memory classes (not the simulator's) over a stand-in
+CUDA context whose blocks are numbered addresses, no GPU needed.
 
 Run by tests/test_result_pool.py in its own process. Prints one JSON object of what was observed: pointers
 handed out in each situation, the blocks the stand-in allocated and freed, the strides and CUDA Array Interface
@@ -12,7 +12,7 @@ import numpy as np
 from numba.cuda.cudadrv import driver
 from numba.cuda.cudadrv.devicearray import DeviceNDArray
 
-from autotune import arrays, result_pool
+from autotune.runtime import arrays, result_pool
 
 
 class Context:

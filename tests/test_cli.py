@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from autotune import db
-from autotune.lookup import TunedKernelWarning, get_best_kernel
-from autotune.problem import Problem
-from autotune.space import load_space
+from autotune.core.problem import Problem
+from autotune.core.space import load_space
+from autotune.runtime import db
+from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 H100 = "NVIDIA H100 80GB HBM3"
@@ -97,7 +97,7 @@ def test_bench_without_a_gpu_says_so_without_suggesting_a_missing_option(tmp_pat
 
 
 def test_a_bench_report_names_the_measuring_command_without_its_output_folder():
-    from autotune.bench import measuring_arguments
+    from autotune.commands.bench import measuring_arguments
 
     argv = ["bench", "matmul", "--out", "/tmp/x", "--shape", "8x8x8", "--out=/tmp/y", "--dtype", "float16"]
     assert measuring_arguments(argv) == ["bench", "matmul", "--shape", "8x8x8", "--dtype", "float16"]
@@ -122,7 +122,7 @@ def test_wrong_arguments_get_one_clear_line(tmp_path, args, message):
 
 
 def test_library_use_without_a_gpu_says_what_is_missing_and_how_to_use_the_simulator(tmp_path):
-    from autotune.device import gpu_available
+    from autotune.core.device import gpu_available
 
     if gpu_available():
         pytest.skip("a GPU is visible here")
@@ -175,7 +175,7 @@ def test_selftest_names_and_skips_a_variant_whose_compile_runs_past_the_limit():
     the variants that compiled in time stay in the plan (the real compiler, in a compile process)."""
     import io
 
-    from autotune.selftest import compile_ahead
+    from autotune.commands.selftest import compile_ahead
 
     long_one = {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 8, "TN": 8, "VEC": 4, "UNROLL_K": 32}
     plan = [("matmul", "float32", {"layout": "nn"}, [(7, 13, 5)], [{"strategy": "naive"}, long_one]),
@@ -195,9 +195,10 @@ def test_after_a_stopped_compile_the_next_ones_run_in_a_fresh_process(monkeypatc
     """A compile stopped by the selftest's alarm may leave Numba half-changed in its process (in CI a later
     compile there failed with "generator raised StopIteration"), so the jobs after it compile in a fresh process:
     here this process's compile_variant is broken, and the job compiles all the same."""
-    from autotune import evaluate, selftest
-    from autotune.problem import Problem
-    from autotune.records import job_for
+    from autotune.commands import selftest
+    from autotune.core.problem import Problem
+    from autotune.tuning import evaluate
+    from autotune.tuning.records import job_for
 
     def broken(job):
         raise AssertionError("compiled in the process whose compile was stopped")
@@ -215,8 +216,8 @@ def test_a_time_limit_is_shared_among_the_shapes_left(tmp_path, monkeypatch):
     unless told otherwise, given shapes have none."""
     import argparse
 
-    import autotune.cli as cli_module
-    import autotune.tuner as tuner_module
+    import autotune.commands.cli as cli_module
+    import autotune.tuning.tuner as tuner_module
 
     clock, given = [1000.0], []
 
@@ -247,7 +248,7 @@ def test_an_error_raised_while_ctrl_c_is_handled_ends_as_the_interrupt(monkeypat
     """Optuna's journal lock, cut short by Ctrl-C, raises an OSError from its clean-up (seen in CI: the lock file's
     rename not found); the command then ends as interrupted (130), not as an error (2). An OSError of its own
     stays an error."""
-    from autotune import cli as cli_module
+    from autotune.commands import cli as cli_module
 
     def cut_short(argv):
         try:
@@ -272,7 +273,7 @@ def test_selftest_checks_the_tma_variants_where_they_apply():
     every bfloat16 (and float16) layout (as extras), and not in float64's (they do not apply there)."""
     import numpy as np
 
-    from autotune.selftest import plan_for
+    from autotune.commands.selftest import plan_for
 
     plan = plan_for(["matmul"], ["bfloat16", "float64"], False, np.random.default_rng(0))
     assert {dtype for _, dtype, *_ in plan} == {"bfloat16", "float64"}
@@ -284,9 +285,9 @@ def test_selftest_checks_the_tma_variants_where_they_apply():
 def test_selftest_overlapping_check_takes_bfloat16(rng):
     """The selftest's check with ``out=`` over its first input moves bfloat16 as its bits (Numba's copies take no
     ml_dtypes buffer: on the GPU every such check failed with "cannot include dtype 'E' in a buffer")."""
-    from autotune.build import build_kernel
-    from autotune.problem import Problem
-    from autotune.selftest import _check_overlapping
+    from autotune.commands.selftest import _check_overlapping
+    from autotune.core.problem import Problem
+    from autotune.runtime.build import build_kernel
 
     kernel = build_kernel("matmul", {"strategy": "shared16"}, "bfloat16")
     assert _check_overlapping(kernel, Problem("matmul", (37, 29, 41), "bfloat16", {"layout": "nn"}), rng) is None

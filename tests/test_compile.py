@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from autotune.registry import family
+from autotune.core.registry import family
 
 HERE = Path(__file__).parent
 
@@ -42,7 +42,7 @@ def test_covering_samples_compile_for_sm90():
         for name, value in r["params"].items():
             values.setdefault((r["kind"], name), set()).add(value)
     for kind in ("matmul", "reduce"):
-        from autotune.space import load_space
+        from autotune.core.space import load_space
 
         for name, param in load_space(kind).params.items():
             assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled
@@ -90,7 +90,7 @@ def test_bfloat16_reductions_read_bits_and_round_once():
     """bfloat16 is loaded as 16-bit patterns (four at once with VEC 4), widened by a shift into a float32 (no
     conversion instruction), summed in float32 (row slices atomically in a float32 workspace) and rounded to
     bfloat16 once, by cvt.rn.bf16.f32, where the result is stored; ptxas takes the conversion for sm_90."""
-    from autotune.compiler import link
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("bfloat16_sum", "bfloat16_max")
     for name, text in ptx.items():
@@ -158,7 +158,7 @@ def test_bfloat16_matmul_issues_bf16_products_and_rounds_c_once():
     """bfloat16 runs float16's kernels with bf16 products: mma.sync m16n8k16 .bf16 on ldmatrix fragments, and
     wgmma m64nNk16 .bf16 on swizzled tiles (nothing of float16's: no f16 instruction at all); float32 accumulators
     rounded once to bfloat16 where C is stored (cvt.rn.bf16.f32); ptxas keeps the wgmma asynchronous, no spills."""
-    from autotune.compiler import link
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("bf16", "wgmma_bf16")
     mma, wgmma = ptx["bf16"], ptx["wgmma_bf16"]
@@ -190,7 +190,7 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
     none after it, and uses no mma.sync or ldmatrix. ptxas keeps the multiplies asynchronous: when an instruction
     other than a wgmma touches the accumulators between a multiply and its wait (C7514, C7515: a branch per
     result stored straight to C did) it serializes every wgmma, which cost the H100 probe 2.6x."""
-    from autotune.compiler import link
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("wgmma", "wgmma_tt_f32")
     for name, flags in (("wgmma", "0, 1;"), ("wgmma_tt_f32", "1, 0;")):
@@ -215,7 +215,7 @@ def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
     copies, one box each), announced to the stage's mbarrier with the stage's bytes; the consumers wait on the
     mbarriers with try_wait and free a stage with one arrival per warp. ptxas keeps the wgmma asynchronous, with no
     spills, and the consumers fit the registers 384 threads leave (170)."""
-    from autotune.compiler import link
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("wgmma_tma", "wgmma_tma_tt", "wgmma_tma_tf32")
     for name, boxes, stage_bytes, acc in (("wgmma_tma", (1, 4), (128 + 256) * 64 * 2, 128),
@@ -240,7 +240,7 @@ def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     3xtf32, whose first starts its step's own sum (scale-d 0); operands rounded by cvt.rna; tf32 waits with one
     step left running, 3xtf32 for all (its step sums are added with fp32 adds). No mma.sync, ldmatrix or cp.async;
     ptxas keeps the multiplies asynchronous and spills nothing."""
-    from autotune.compiler import link
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("wgmma_3xtf32", "wgmma_tf32_tt")
     pattern = r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k8\.f32\.tf32\.tf32 \{[^}]*\}, \{[^}]*\}, [^,]+, (\d), 1, 1;"
@@ -259,9 +259,9 @@ def test_tf32_on_rounded_copies_reads_both_operands_from_shared_memory():
     """A tf32 variant on rounded copies (ASYNC_STAGES > 0) issues wgmma m64n<BN>k8 .tf32 with both operands through
     K-major descriptors of 128-byte-swizzled tiles (layout type 1, sbo 1024): four per K step of 32, filled by
     16-byte cp.async copies; it rounds nothing itself, and ptxas keeps the multiplies asynchronous without
-    spilling. The copies' kernels (autotune/tf32_copies.py) round each element with cvt.rna: the row copy four
-    16-byte pieces per thread, loaded whole where aligned, the transposing one four elements."""
-    from autotune.compiler import link
+    spilling. The copies' kernels (autotune/families/matmul/tf32_copies.py) round each element with cvt.rna: the row
+    copy four 16-byte pieces per thread, loaded whole where aligned, the transposing one four elements."""
+    from autotune.runtime.compiler import link
 
     ptx = ptx_sample("wgmma_tf32_copies", "tf32_rows", "tf32_transpose")
     text = ptx["wgmma_tf32_copies"]

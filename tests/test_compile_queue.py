@@ -2,7 +2,7 @@
 import concurrent.futures as cf
 import time
 
-from autotune.compile_queue import CompileQueue
+from autotune.tuning.compile_queue import CompileQueue
 
 
 def queue_of(limit: int, timeout_s: float = 60.0) -> tuple[CompileQueue, dict[str, cf.Future]]:

@@ -5,9 +5,9 @@ import os
 import pytest
 import yaml
 
-from autotune import db
-from autotune.problem import Problem
-from autotune.space import load_space
+from autotune.core.problem import Problem
+from autotune.core.space import load_space
+from autotune.runtime import db
 
 DEVICE = {"name": "NVIDIA Test GPU", "cc": "9.0", "sm_count": 132}
 TIME = {"median_ms": 1.0, "p20_ms": 0.99, "p80_ms": 1.01, "reps": 50}

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import autotune
-import autotune.registry
-from autotune import db
-from autotune.registry import BUILTIN, FamilyError, register_family
+import autotune.core.registry
+from autotune.core.registry import BUILTIN, FamilyError, register_family
+from autotune.runtime import db
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "autotune"
@@ -215,7 +215,7 @@ def test_an_installed_package_exposes_its_family_through_the_entry_point(tmp_pat
     Path(purelib, "outer.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-index", "--target", purelib,
                     str(tiny_wheel(tmp_path))], check=True)
-    code = ("import numpy as np, autotune; from autotune.registry import family; f = family('scale'); "
+    code = ("import numpy as np, autotune; from autotune.core.registry import family; f = family('scale'); "
             "k = autotune.build_kernel('scale', {'BLOCK': 32}); print(f.source, k(np.arange(5.0)).tolist())")
     env = {**os.environ, "NUMBA_ENABLE_CUDASIM": "1", "PYTHONPATH": ""}
     out = subprocess.run([str(python), "-c", code], capture_output=True, text=True, env=env, cwd=tmp_path)
@@ -229,9 +229,9 @@ FOREIGN = {"kernel": "not_registered_here", "dtype": "float32", "shape": [64], "
 
 
 def test_entries_of_an_unregistered_family_are_kept_and_other_lookups_work(tmp_path):
-    from autotune.lookup import TunedKernelWarning, get_best_kernel
-    from autotune.problem import Problem
-    from autotune.space import load_space
+    from autotune.core.problem import Problem
+    from autotune.core.space import load_space
+    from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel
 
     def reduce_entry(n):
         problem = Problem("reduce", (n,), "float32", {"op": "sum"})
@@ -270,7 +270,7 @@ def test_the_example_family_is_tuned_stored_and_looked_up_end_to_end(tmp_path):
     out = run_cli(args, tmp_path)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert db.load_file(tmp_path / "db" / "cuda-simulator.yaml").foreign_families == ["softmax"] or \
-        "softmax" in autotune.registry.known()  # unregistered here, its entries are kept aside
+        "softmax" in autotune.core.registry.known()  # unregistered here, its entries are kept aside
     register_family(str(SOFTMAX))
     entries = db.load_file(tmp_path / "db" / "cuda-simulator.yaml", strict=True).entries
     assert sorted(e.problem.key for e in entries) == sorted(f"softmax/float32/-/{s}" for s in shapes)
@@ -301,7 +301,8 @@ def test_the_example_family_is_tuned_stored_and_looked_up_end_to_end(tmp_path):
 def test_the_example_familys_oracle_fails_a_wrong_kernel(rng):
     """The softmax oracle is not vacuous: an online pass that adds 1 where NumPy's +inf - inf gives NaN, and a
     result off by a few ulp in every element, both fail."""
-    from autotune.problem import Instance, Problem
+    from autotune.core.problem import Problem
+    from autotune.tuning.instance import Instance
 
     register_family(str(SOFTMAX))
     problem = Problem("softmax", (9, 33), "float32")

@@ -6,13 +6,13 @@ from dataclasses import replace
 
 import numpy as np
 import pytest
+from checks import assert_matmul_close, poisoned, small_integers
 from numba import cuda
 
 import autotune
-from autotune import arrays, streams
-from autotune.families import functions
-from autotune.launch import Memset, PackedLaunch, Plan
-from checks import assert_matmul_close, poisoned, small_integers
+from autotune.families.reduce import functions as reduce_functions
+from autotune.runtime import arrays, calls, streams
+from autotune.runtime.launch import Memset, PackedLaunch, Plan
 
 OPS = {"sum": np.sum, "max": np.max, "min": np.min, "nanmax": np.nanmax, "nanmin": np.nanmin}
 SHAPES = [(7,), (3, 5), (2, 3, 5), (2, 1, 3, 4)]
@@ -355,11 +355,11 @@ def test_calls_take_a_stream(rng):
 
 
 def test_problem_forms():
-    assert functions.problem_form(1, 10, 1) == ((10,), None)
-    assert functions.problem_form(4, 10, 1) == ((4, 10), 1)
-    assert functions.problem_form(1, 10, 3) == ((10, 3), 0)
-    assert functions.problem_form(2, 10, 3) == ((2, 10, 3), -2)
-    assert functions.collapse((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
+    assert reduce_functions.problem_form(1, 10, 1) == ((10,), None)
+    assert reduce_functions.problem_form(4, 10, 1) == ((4, 10), 1)
+    assert reduce_functions.problem_form(1, 10, 3) == ((10, 3), 0)
+    assert reduce_functions.problem_form(2, 10, 3) == ((2, 10, 3), -2)
+    assert calls.collapse((2, 3, 4, 5), (1, 2)) == (2, 12, 5)
 
 
 class _Interfaced:
@@ -381,14 +381,14 @@ def test_repeated_device_calls_with_out_replay_the_kept_launches():
     log = []
     x, out = _Interfaced(4096), _Interfaced(8192)
     call = ("reduce", "sum", None, False, None)
-    first = functions._Replay(call, (x, None), out, 0)
+    first = calls.Replay(call, (x, None), out, 0)
     assert first.result() is None
     first.run(Plan([_logged_launch(log)], out), out)
-    assert functions._Replay(call, (x, None), out, 0).result() is out and log[0] == log[1]
+    assert calls.Replay(call, (x, None), out, 0).result() is out and log[0] == log[1]
     for other in (((("reduce", "max", None, False, None), (x, None), out)),      # another op
                   (call, (_Interfaced(4100), None), out)):                        # other memory
-        assert functions._Replay(*other, 0).result() is None
-    assert functions._Replay(call, (np.ones(4), None), out, 0).key is None
+        assert calls.Replay(*other, 0).result() is None
+    assert calls.Replay(call, (np.ones(4), None), out, 0).key is None
 
 
 def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_moved_plan():
@@ -399,21 +399,21 @@ def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_m
     call = ("reduce", "dot", None, False, None)
     launch = _logged_launch(log)
     launch = replace(launch, packed=launch.packed[:11] + (arrays.device_pointer(first_out),) + launch.packed[12:])
-    functions._Replay(call, (x, None), None, 0).run(Plan([launch], first_out), first_out)
-    results = [functions._Replay(call, (x, None), None, 0).result() for _ in range(2)]
+    calls.Replay(call, (x, None), None, 0).run(Plan([launch], first_out), first_out)
+    results = [calls.Replay(call, (x, None), None, 0).result() for _ in range(2)]
     assert results[0] is not results[1] and all(r is not first_out for r in results)
     assert [packed[11] for packed in log] == [arrays.device_pointer(d) for d in [first_out, *results]]
     assert {packed[4] for packed in log} == {4096}
     assert all(r.shape == (1,) and r.dtype == np.float32 for r in results)
     # a plan whose launches hold arrays (the simulator's) is not kept for new outputs
     other = ("reduce", "max", None, False, None)
-    functions._Replay(other, (x, None), None, 0).run(Plan([lambda: None], first_out), first_out)
-    assert functions._Replay(other, (x, None), None, 0).result() is None
+    calls.Replay(other, (x, None), None, 0).run(Plan([lambda: None], first_out), first_out)
+    assert calls.Replay(other, (x, None), None, 0).result() is None
 
 
 def test_the_public_functions_are_kept_as_attributes_of_the_package_after_first_use():
     import autotune
-    from autotune.families import functions as module
+    from autotune import functions as module
 
     for name in autotune.FUNCTIONS:
         assert getattr(autotune, name) is getattr(module, name)
@@ -423,7 +423,8 @@ def test_the_public_functions_are_kept_as_attributes_of_the_package_after_first_
 def test_replays_onto_a_block_seen_before_reuse_its_moved_launches(monkeypatch):
     """The result pool hands a dropped result's block to the next call: the launches moved onto it are kept per
     pointer (at most MAX_MOVES), and each replay launches with its own output's pointer."""
-    from autotune import launch as launch_module, result_pool
+    from autotune.runtime import launch as launch_module
+    from autotune.runtime import result_pool
 
     log = []
     plan = Plan([_logged_launch(log)], None)

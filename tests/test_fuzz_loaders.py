@@ -7,8 +7,8 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autotune import db
-from autotune.space import SpaceError, load_space
+from autotune.core.space import SpaceError, load_space
+from autotune.runtime import db
 
 FUZZ = settings(max_examples=120, deadline=10000, suppress_health_check=[HealthCheck.too_slow])
 

@@ -10,7 +10,7 @@ import pytest
 from llvmlite import ir
 from numba.core import types
 
-from autotune import intrinsics
+from autotune.kernels import intrinsics
 
 
 def definition(intrinsic):

@@ -1,5 +1,5 @@
 """Replayed launches hand the driver a parameter buffer built once by cuda.core's ParamHolder
-(autotune/kernel_launch.py): the buffer is checked against the packed values, and a launch passes the
+(autotune/runtime/kernel_launch.py): the buffer is checked against the packed values, and a launch passes the
 configuration, stream and buffer to cuLaunchKernel. No GPU: the driver call is a stand-in."""
 import ctypes
 from types import SimpleNamespace
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from cuda.core import LaunchConfig
 
-from autotune import kernel_launch
+from autotune.runtime import kernel_launch
 
 # what numba-cuda packs for (float32 array, int32, float32, float64): meminfo, parent, size, itemsize, pointer,
 # shape, strides; then ctypes scalars

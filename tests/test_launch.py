@@ -3,8 +3,8 @@ import numpy as np
 from numba import cuda
 
 from autotune import build_kernel
-from autotune.arrays import plan_key
-from autotune.launch import Memset, Plan, Planned, bind
+from autotune.runtime.arrays import plan_key
+from autotune.runtime.launch import Memset, Plan, Planned, bind
 
 
 class CudaArrayLike:
@@ -62,7 +62,7 @@ def test_a_simulated_launch_switches_threads_often_and_restores_the_interval_aft
 
     import pytest
 
-    from autotune.launch import SIMULATOR_SWITCH_S, configure
+    from autotune.runtime.launch import SIMULATOR_SWITCH_S, configure
 
     seen = []
 
@@ -92,7 +92,7 @@ class _Zeroes(Planned):
         self.checked = 0  # checked calls (``_prepare``)
 
     def _prepare(self, x):
-        from autotune.arrays import device_pointer
+        from autotune.runtime.arrays import device_pointer
 
         self.checked += 1
         result = cuda.device_array(3, np.float32)
@@ -106,7 +106,7 @@ class _Zeroes(Planned):
 
 
 def test_a_kernel_called_without_out_replays_its_first_plan_onto_a_new_output_each_time():
-    from autotune.arrays import device_pointer
+    from autotune.runtime.arrays import device_pointer
 
     k = _Zeroes()
     x = CudaArrayLike(4096, (3,))

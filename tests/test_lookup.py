@@ -7,11 +7,13 @@ import warnings
 import numpy as np
 import pytest
 
-from autotune import db, get_best_kernel
-from autotune.compiler import source_path
-from autotune.lookup import TunedKernelWarning, tuning_starts
-from autotune.problem import Instance, Problem
-from autotune.space import load_space
+from autotune import get_best_kernel
+from autotune.core.problem import Problem
+from autotune.core.space import load_space
+from autotune.runtime import db
+from autotune.runtime.compiler import source_path
+from autotune.runtime.lookup import TunedKernelWarning, tuning_starts
+from autotune.tuning.instance import Instance
 
 TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
 SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
@@ -125,7 +127,7 @@ def test_second_process_reuses_the_generated_source(folder):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=os.environ, check=True)
     assert out.stdout.strip() == str(path)
     assert path.stat().st_mtime_ns == stamp
-    from autotune.build import render_source
+    from autotune.runtime.build import render_source
 
     gpu_source = render_source("matmul", k.params, simulator=False)[2]
     assert "@cuda.jit(cache=True" in gpu_source
@@ -135,7 +137,7 @@ def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch,
     """autotune.max keeps its kernel per shape, but per database folder too: naming another folder in
     $AUTOTUNE_DB gives that folder's entry, not the kernel kept from the first."""
     import autotune
-    from autotune.families import functions
+    from autotune.runtime import calls
 
     first, second = tmp_path / "first", tmp_path / "second"
     first.mkdir(), second.mkdir()
@@ -145,5 +147,5 @@ def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch,
     for folder, block in ((first, 64), (second, 32)):
         monkeypatch.setenv("AUTOTUNE_DB", str(folder))
         assert autotune.max(x) == x.max()
-        kernel = functions._kernel("reduce", (1000,), "float32", op="max", axis=None)
+        kernel = calls.tuned_kernel("reduce", (1000,), "float32", op="max", axis=None)
         assert kernel.params["BLOCK"] == block

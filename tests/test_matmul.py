@@ -1,12 +1,12 @@
 """Matmul results in the CUDA simulator against float64 NumPy, on odd shapes, with NaN-poisoned outputs."""
 import numpy as np
 import pytest
+from checks import assert_matmul_close, poisoned, random_matrix, small_integers
 from numba import cuda
 
 from autotune import build_kernel
-from autotune.families.matmul import dynamic_shared_bytes
-from autotune.space import load_space
-from checks import assert_matmul_close, poisoned, random_matrix, small_integers
+from autotune.core.space import load_space
+from autotune.families.matmul.config import dynamic_shared_bytes
 
 # 1, primes, K = 1, tall and skinny, and sizes that are multiples of no tile size.
 SHAPES = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9)]
@@ -277,7 +277,7 @@ TF32 = [({"BM": 32, "BN": 32, "TM": 2, "TN": 4, "BK": 16, "VEC": 4, "UNROLL_K": 
 
 def check_with_oracle(kernel, problem, rng) -> list:
     """What the family's oracle says of each verification case of ``problem`` (None where right)."""
-    from autotune.oracle import poison
+    from autotune.core.oracle import poison
 
     impl = problem.impl
     found = []
@@ -290,7 +290,7 @@ def check_with_oracle(kernel, problem, rng) -> list:
 
 @pytest.mark.parametrize("params,layout,precision", TF32)
 def test_tf32_tensor_core_variants(params, layout, precision, rng):
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     k = build_kernel("matmul", params, "float32", layout=layout, precision=precision)
     for shape in [(7, 13, 5), (37, 29, 41)] if precision == "tf32" else [(37, 29, 41)]:
@@ -302,8 +302,8 @@ def test_tf32_tensor_core_variants(params, layout, precision, rng):
 def test_the_3xtf32_bound_at_tiny_k_passes_three_products_and_fails_one(k, rng):
     """Where K is 1 or 2 the bound is its floor: the three products of 3xtf32's split parts (each exact, their sum
     rounded once) lie within it, one product of the rounded operands alone (tf32's error) does not."""
-    from autotune.families.matmul import error_bound, reference, tf32_round
-    from autotune.oracle import relative_error
+    from autotune.core.oracle import relative_error
+    from autotune.families.matmul.reference import error_bound, reference, tf32_round
 
     A = rng.standard_normal((64, k)).astype(np.float32)
     B = rng.standard_normal((k, 64)).astype(np.float32)
@@ -320,7 +320,7 @@ def test_the_3xtf32_bound_at_tiny_k_passes_three_products_and_fails_one(k, rng):
 def test_the_oracle_tells_tf32_from_3xtf32(rng):
     """A tf32 kernel passes the exact integer case of a 3xtf32 problem and fails its error case; 3xtf32 and the
     IEEE seed kernel pass a tf32 problem (more accuracy is never refused)."""
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     params = TF32[0][0]
     shape = (17, 8, 24)
@@ -333,7 +333,7 @@ def test_the_oracle_tells_tf32_from_3xtf32(rng):
 
 
 def test_tf32_rounding_is_cvt_rna():
-    from autotune.families.matmul import tf32_round
+    from autotune.families.matmul.reference import tf32_round
 
     one = 1.0
     x = np.array([one, one + 2**-11, one + 2**-10 + 2**-11, -(one + 2**-11), one + 2**-11 - 2**-23, np.inf, -np.inf,
@@ -362,7 +362,7 @@ F16 = [({**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "A_SMEM": "m
 @pytest.mark.parametrize("params,layout", F16)
 def test_float16_tensor_core_variants(params, layout, rng):
     """(VEC 8 moves 16 bytes at a time where a row's start allows it: the third shape's K and N are multiples of 8.)"""
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     k = build_kernel("matmul", params, "float16", layout=layout)
     for shape in [(37, 29, 41), (17, 19, 1)] + ([(37, 24, 40)] if params["VEC"] == 8 else []):
@@ -383,7 +383,7 @@ BF16 = [({**F16_MMA, "BM": 32, "BN": 32, "TM": 2, "TN": 4, "VEC": 4, "A_SMEM": "
 
 @pytest.mark.parametrize("params,layout,out_dtype", BF16)
 def test_bfloat16_tensor_core_variants(params, layout, out_dtype, rng):
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     family = {"layout": layout, **({"out_dtype": out_dtype} if out_dtype else {})}
     k = build_kernel("matmul", params, "bfloat16", **family)
@@ -473,7 +473,7 @@ WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf3
 @pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
 def test_wgmma_variants(params, dtype, family, shapes, rng):
     """Both wgmma kernels' cases (above) through the family's oracle."""
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     k = build_kernel("matmul", params, dtype, **family)
     for shape in shapes:
@@ -483,7 +483,7 @@ def test_wgmma_variants(params, dtype, family, shapes, rng):
 def test_each_call_rounds_its_operands_again(rng):
     """A tf32 variant on rounded copies writes the copies in every call (they are steps of its plan): a second call
     with new values in the same arrays multiplies the new values; the copies follow the layout."""
-    from autotune.families.matmul import tf32_round
+    from autotune.families.matmul.reference import tf32_round
 
     params = {**WGMMA_TF32, "ASYNC_STAGES": 3}
     for layout in ("nn", "tt"):
@@ -538,7 +538,7 @@ def test_float16_operands_with_a_float32_result(rng):
     """out_dtype float32 keeps the float32 sums (checked exactly on integer data, whose sums pass 2048 where float16
     stops counting by ones, and within the FMA chain's error on normal data); split-K may add its slices atomically
     into float32 C. The problem has a key of its own; float32 and float64 operands refuse it."""
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     params = {**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "SPLIT_K": 2, "SPLIT_ADD": "atomic"}
     load_space("matmul").validate(params, dtype="float16", family={"layout": "nn", "out_dtype": "float32"})
@@ -560,9 +560,9 @@ def test_float32_results_of_float16_are_held_to_the_tensor_cores_sum(rng):
     """With out_dtype float32 the bound is twice the error of the tensor cores' own sum (k16 steps added with
     truncation), which errs more than a chain of fp32 FMAs (the H100's wgmma results did, 1.23e-6 at 1000^3, over
     twice the chain's); both pass, a sum that drops one k16 step or keeps float16 does not."""
-    from autotune.families.matmul import fma_chain, tensor_core_chain
-    from autotune.oracle import relative_error
-    from autotune.problem import Problem
+    from autotune.core.oracle import relative_error
+    from autotune.core.problem import Problem
+    from autotune.families.matmul.reference import fma_chain, tensor_core_chain
 
     problem = Problem("matmul", (64, 48, 1000), "float16", {"out_dtype": "float32"})
     impl = problem.impl
@@ -579,8 +579,8 @@ def test_float32_results_of_float16_are_held_to_the_tensor_cores_sum(rng):
 def test_the_float16_oracle_refuses_float16_sums(rng):
     """Sums kept in float16 pass the integer case (its sums stay exact below 2048) but not the normal data's error
     bound; the float32 chain rounded to float16, which the bound is twice of, passes; so does a seed kernel."""
-    from autotune.families.matmul import fma_chain
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
+    from autotune.families.matmul.reference import fma_chain
 
     problem = Problem("matmul", (64, 48, 512), "float16")
     impl = problem.impl
@@ -619,8 +619,8 @@ def test_precision_rules_of_the_space(dtype, precision, params, message):
 
 
 def test_precision_is_float32s_and_keeps_ieee_keys():
-    from autotune.db import entry_record
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
+    from autotune.runtime.db import entry_record
 
     with pytest.raises(ValueError, match="precision tf32 is for float32 matmul"):
         Problem("matmul", (8, 8, 8), "float64", {"precision": "tf32"})
@@ -637,11 +637,11 @@ def test_the_bench_reports_each_contenders_error_against_float64(rng):
     """matmul's result_error is the relative error of sampled rows against the float64 product of the same
     operands: float64 rounding for the float64 product (BLAS may sum a row subset in another order), that of float32 rounding for a float32 result, of float16 rounding for a
     float16 one; the bench's table gets an error column, which families without errors (reductions) do not."""
-    from autotune.arrays import to_host
-    from autotune.bench import _section
-    from autotune.device import DeviceInfo
-    from autotune.problem import Problem
-    from autotune.timing import Timing
+    from autotune.commands.bench import _section
+    from autotune.core.device import DeviceInfo
+    from autotune.core.problem import Problem
+    from autotune.core.timing import Timing
+    from autotune.runtime.arrays import to_host
 
     A, B = rng.standard_normal((300, 70)), rng.standard_normal((70, 40))
     problem = Problem("matmul", (300, 40, 70), "float16")
@@ -668,8 +668,8 @@ def test_the_bench_reports_each_contenders_error_against_float64(rng):
 def test_large_products_are_checked_exactly_by_freivalds_test(layout, rng):
     """Past EXACT_LIMIT the oracle checks C by Freivalds' test and sampled elements (no float64 product of the
     whole): the right C passes, and one element off by one, or one row left at zero, is found."""
-    from autotune.families.matmul import EXACT_LIMIT
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
+    from autotune.families.matmul.config import EXACT_LIMIT
 
     problem = Problem("matmul", (641, 523, 449), "float32", {"layout": layout})
     assert 641 * 523 * 449 > EXACT_LIMIT

@@ -12,7 +12,6 @@ from importlib.metadata import version
 
 import numpy as np
 import pytest
-
 from test_compile import run_compiler_script
 
 # What each replacement mirrors: the package and version its source guard was written against.
@@ -103,7 +102,7 @@ CHECKS = {"lowering": lowering_finds_the_same_variables, "ssa": ssa_makes_the_sa
 def test_lowering_install_refuses_a_changed_pass(monkeypatch):
     """The guard compares the source of numba-cuda's method; a different hash leaves the method in place (checked
     on a stand-in class, so this process's numba-cuda is not touched)."""
-    from autotune import numba_lowering
+    from autotune._patches import numba_lowering
 
     class Lower:
         def _find_singly_assigned_variable(self):
@@ -130,8 +129,16 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
     """AUTOTUNE_NUMBA_PATCH: unset or 1 installs every replacement, 0 none, a list only those named; a name that is
     not a replacement is an error naming the choices, not a silent no-op. The compile path installs what it says
     (stand-in modules record the calls; the simulator check is bypassed)."""
-    from autotune import (backend, compiler, numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa,
-                          numba_typing)
+    from autotune._patches import (
+        numba_dominators,
+        numba_liveness,
+        numba_lowering,
+        numba_scopes,
+        numba_ssa,
+        numba_typing,
+    )
+    from autotune.core import backend
+    from autotune.runtime import compiler
 
     installed = []
     monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
@@ -159,7 +166,7 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
 def test_ssa_install_refuses_changed_sources(monkeypatch):
     """The guard hashes the sources of the functions the replacement mirrors; a different hash leaves both passes
     in place (checked on stand-in modules, so this process's numba-cuda is not touched)."""
-    from autotune import numba_ssa
+    from autotune._patches import numba_ssa
 
     class Module:
         pass
@@ -193,7 +200,8 @@ def test_ssa_install_refuses_changed_sources(monkeypatch):
 def test_liveness_install_refuses_a_changed_analysis(monkeypatch):
     """The guard compares the source of numba-cuda's function; a different hash leaves it in place in both modules
     that call it (checked on stand-in modules, so this process's numba-cuda is not touched)."""
-    from autotune import numba_guard, numba_liveness
+    from autotune._patches import guard as numba_guard
+    from autotune._patches import numba_liveness
 
     class Module:
         pass
@@ -220,7 +228,8 @@ def test_liveness_install_refuses_a_changed_analysis(monkeypatch):
 def test_dominators_install_refuses_a_changed_method(monkeypatch):
     """The guard compares the source of numba-cuda's method; a different hash leaves it in place (checked on a
     stand-in class, so this process's numba-cuda is not touched)."""
-    from autotune import numba_dominators, numba_guard
+    from autotune._patches import guard as numba_guard
+    from autotune._patches import numba_dominators
 
     class CFGraph:
         def _find_dominators_internal(self, post=False):
@@ -245,7 +254,8 @@ def test_dominators_install_refuses_a_changed_method(monkeypatch):
 def test_scopes_install_refuses_a_changed_function(monkeypatch):
     """The guard compares the source of numba-cuda's function; a different hash leaves it in place in both modules
     that call it (checked on stand-in modules, so this process's numba-cuda is not touched)."""
-    from autotune import numba_guard, numba_scopes
+    from autotune._patches import guard as numba_guard
+    from autotune._patches import numba_scopes
 
     class Module:
         pass
@@ -273,7 +283,8 @@ def test_scopes_install_refuses_a_changed_function(monkeypatch):
 def test_typing_install_refuses_a_changed_method(monkeypatch):
     """The guard compares the source of Numba's method; a different hash leaves it in place (checked on a stand-in
     class, so this process's Numba is not touched)."""
-    from autotune import numba_guard, numba_typing
+    from autotune._patches import guard as numba_guard
+    from autotune._patches import numba_typing
 
     class BaseFunction:
         def get_call_type(self, context, args, kws):
@@ -297,15 +308,15 @@ def test_typing_install_refuses_a_changed_method(monkeypatch):
 
 
 def test_the_simulators_shared_arrays_are_one_per_line_and_block_under_contention():
-    """The simulator's shared arrays are created under a lock (autotune/simulator_shared.py): threads that reach
-    the same line together all get one array. Loading a kernel in the simulator installs it; then many threads,
+    """The simulator's shared arrays are created under a lock (autotune/_patches/simulator_shared.py): threads that
+    reach the same line together all get one array. Loading a kernel in the simulator installs it; then many threads,
     released at once by a barrier, ask one block's allocator for the array of one line, many times."""
     import threading
 
     from numba.cuda.simulator import kernelapi
 
-    from autotune import simulator_shared
-    from autotune.build import build_kernel
+    from autotune._patches import simulator_shared
+    from autotune.runtime.build import build_kernel
 
     build_kernel("reduce", {}, op="sum", axis=None).entry  # loads a kernel: the simulator's fix is installed
     if not simulator_shared.original_source_matches():
@@ -330,7 +341,7 @@ def test_the_typing_record_answers_repeats_and_starts_afresh_when_full(monkeypat
     """A repeated question is answered from the record (Numba's search not run again, the implementation key
     re-recorded); the record is cleared when it reaches MAX_ANSWERS, so a long-lived process does not keep every
     function type and context it ever typed."""
-    from autotune import numba_typing
+    from autotune._patches import numba_typing
 
     searches = []
 

@@ -12,8 +12,9 @@ import re
 import shlex
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -65,7 +66,7 @@ def run(argv, cwd, **kwargs):
 # as JSON on stdin; the first that fails ends the process with its command and why.
 PARSES_AND_HELPS = """
 import contextlib, io, json, sys
-from autotune import cli
+from autotune.commands import cli
 for a in json.load(sys.stdin):
     command = "autotune " + " ".join(a)
     try:

@@ -3,12 +3,12 @@ from contextlib import nullcontext
 
 import numpy as np
 import pytest
+from checks import assert_launched_as_signed, assert_reduction_close, poisoned, small_integers
 from numba import cuda
 
 from autotune import build_kernel
-from autotune.families.reduce import reference
-from autotune.space import load_space
-from checks import assert_launched_as_signed, assert_reduction_close, poisoned, small_integers
+from autotune.core.space import load_space
+from autotune.families.reduce.reference import reference
 
 SIZES_1D = [1, 31, 32, 33, 1023, 1025]
 SHAPES_2D = [(1, 1), (3, 1025), (33, 31), (70, 7)]
@@ -89,7 +89,7 @@ def test_axis_every_parameter_value(ops, axis, rng):
 
 def test_axis_spellings_name_one_problem():
     """-1 is axis 1; -2 of a 2-D shape is axis 0; axis 1 of a 3-D shape is -2: one key, one database entry."""
-    from autotune.problem import Problem
+    from autotune.core.problem import Problem
 
     assert Problem("reduce", (4, 5), "float32", {"axis": -1}).key == Problem("reduce", (4, 5), "float32", {"axis": 1}).key
     assert Problem("reduce", (4, 5), "float32", {"axis": -2}).family["axis"] == 0
@@ -231,7 +231,7 @@ def test_down_columns_with_vectors_and_items_in_flight(dtype, vec, axis, shape, 
     """Down columns with whole vectors (the row length a multiple of VEC) and ITEMS rows in flight: rows that
     leave a remainder after the last whole group of ITEMS, columns that leave the last threads of the column range
     outside, one and two row splits; sums of integer data exact, max exact with a NaN planted in one column."""
-    from autotune.dtypes import numpy_dtype
+    from autotune.core.dtypes import numpy_dtype
 
     reduced = 0 if axis == 0 else 1
     for split in (1, 2):
@@ -278,7 +278,8 @@ def test_nan_is_kept_by_the_atomic_combine_in_float64_too(dtype, rng):
 def test_the_tuners_check_fails_a_variant_that_drops_nan(rng, monkeypatch):
     """The verification data of max/min hold NaN and infinities: a kernel returning the largest non-NaN value
     (what every variant did before) is a failed trial."""
-    from autotune.problem import Instance, Problem
+    from autotune.core.problem import Problem
+    from autotune.tuning.instance import Instance
 
     class DropsNan:
         def __call__(self, x, out):
@@ -329,7 +330,8 @@ def test_out_overlapping_the_input_gives_numpys_result(axis, params, rng):
 def test_the_tuners_check_of_max_and_min_leaves_its_data_alone(op, axis, rng):
     """Planting infinities and NaNs for the extra check cases works on copies: the main case keeps the data its
     reference was computed from, so a right kernel passes every case (on every axis)."""
-    from autotune.problem import Instance, Problem
+    from autotune.core.problem import Problem
+    from autotune.tuning.instance import Instance
 
     shape = (1000,) if axis is None else (37, 29)
     problem = Problem("reduce", shape, "float32", {"op": op, "axis": axis})
@@ -402,8 +404,9 @@ def test_two_byte_dtypes_with_sixteen_byte_loads(dtype, shape, axis, params, rng
 
 
 def check_widening(dtype, shape, axis, params, rng, ops):
-    from autotune.families.reduce import staged
-    from autotune.problem import Instance, Problem
+    from autotune.core.problem import Problem
+    from autotune.families.reduce.config import staged
+    from autotune.tuning.instance import Instance
 
     for op in ops:
         problem = Problem("reduce", shape, dtype, {"op": op, "axis": axis})
@@ -417,9 +420,9 @@ def check_widening(dtype, shape, axis, params, rng, ops):
 
 def test_default_column_splits_fill_the_gpu_and_keep_rows_per_split():
     """Untuned column reductions split rows until about 1024 blocks, never below 64 rows per split, at most 64."""
-    from autotune.families.reduce import column_splits
-    from autotune.problem import Problem
-    from autotune.registry import family
+    from autotune.core.problem import Problem
+    from autotune.core.registry import family
+    from autotune.families.reduce.config import column_splits
 
     assert column_splits((8192, 8192), 256) == 32            # 32 column blocks x 32
     assert column_splits((65536, 256), 256) == 64            # one column block: the most splits
@@ -457,7 +460,7 @@ def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):
 def test_atomic_combines_start_from_a_memset_only_where_the_identity_is_zero_bits(op, dtype, n, step, monkeypatch):
     """On a GPU a sum's output is zeroed by a driver memset (no kernel launch), a max's or min's filled with its
     identity by the fill kernel; a memset writes whole 32-bit words, so an output of 2 bytes is filled."""
-    from autotune.families import reduce_kernel
+    from autotune.families.reduce import kernel as reduce_kernel
 
     k = build_kernel("reduce", {"COMBINE": "atomic", "VEC": 2}, dtype, op=op)
     k.simulator = False
@@ -484,9 +487,9 @@ def test_helper_kernels_are_those_a_call_launches_with_their_signatures(dtype, a
     kernels a call launches besides its own, each with the argument types it is launched with: a wrong or missing
     signature would leave a compile to the first call. In the simulator a sum's identity is a fill of 0 (a memset
     on the GPU), not counted."""
-    import autotune.families.reduce_kernel as reduce_kernel
-    import autotune.launch as launch
-    from autotune.dtypes import numpy_dtype
+    import autotune.families.reduce.kernel as reduce_kernel
+    import autotune.runtime.launch as launch
+    from autotune.core.dtypes import numpy_dtype
 
     k = build_kernel("reduce", params, dtype, op=op, axis=axis)
     assert [helper.__name__ for helper, _ in k.helper_kernels()] == names

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from autotune.cli import main
-from autotune.device import DeviceInfo
-from autotune.problem import Problem
-from autotune.replay import Settings, fraction_at, random_fraction, replay, replay_once, score_replays
-from autotune.space import load_space
-from autotune.sweep import Sweep, SweepError, SweepRow, load_sweep, valid_configurations, write_sweep
-from autotune.timing import Timing
+from autotune.commands.cli import main
+from autotune.core.device import DeviceInfo
+from autotune.core.problem import Problem
+from autotune.core.space import load_space
+from autotune.core.timing import Timing
+from autotune.tuning.replay import Settings, fraction_at, random_fraction, replay, replay_once, score_replays
+from autotune.tuning.sweep import Sweep, SweepError, SweepRow, load_sweep, valid_configurations, write_sweep
 
 ROOT = Path(__file__).resolve().parent.parent
 SWEEPS = [p for p in sorted((ROOT / "benchmarks" / "sweeps").glob("*.yaml")) if not p.name.endswith(".space.yaml")]
@@ -176,8 +176,8 @@ def test_refinement_measures_the_neighbours_of_the_fastest_so_far(tmp_path):
     configuration that has one (``SearchSpace.neighbours``); the others are the sampler's."""
     import optuna
 
-    from autotune.space import config_key
-    from autotune.tuner import TuneConfig, Tuner
+    from autotune.core.space import config_key
+    from autotune.tuning.tuner import TuneConfig, Tuner
 
     sweep = load_sweep(synthetic_sweep(tmp_path))
     tuner = Tuner(PROBLEM, TuneConfig(trials=20, seed=3, baseline=False, space_path=str(sweep.space_path),

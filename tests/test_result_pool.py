@@ -1,4 +1,4 @@
-"""Result arrays come from a cache of freed blocks kept per stream and size (autotune/result_pool.py).
+"""Result arrays come from a cache of freed blocks kept per stream and size (autotune/runtime/result_pool.py).
 
 The cache's rules are checked directly; the Numba adapter (real DeviceNDArray and MemoryPointer, a stand-in
 context) in its own process (tests/result_pool_sample.py), since this one runs the simulator, where results are
@@ -7,10 +7,10 @@ plain device arrays.
 import json
 
 import numpy as np
-
-from autotune import result_pool
-from autotune.result_pool import BlockCache
 from test_compile import run_compiler_script
+
+from autotune.runtime import result_pool
+from autotune.runtime.result_pool import BlockCache
 
 
 def test_the_cache_hands_back_a_block_of_its_key_once_and_drops_blocks_past_its_limit():

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
-from autotune import db
-from autotune.lookup import TunedKernelWarning, get_best_kernel
-from autotune.problem import Problem
-from autotune.space import SpaceError, load_space
+from autotune.core.problem import Problem
+from autotune.core.space import SpaceError, load_space
+from autotune.runtime import db
+from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel
 
 ROOT = Path(__file__).resolve().parent.parent
 SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}

@@ -1,4 +1,4 @@
-"""The simulator's ``__syncthreads`` as a waiting barrier (autotune/simulator_barrier.py): installed over the
+"""The simulator's ``__syncthreads`` as a waiting barrier (autotune/_patches/simulator_barrier.py): installed over the
 source it mirrors only, CUDA's rule that threads which have exited no longer count, a block's first exception
 raised with its thread and block, and no thread left waiting."""
 import hashlib
@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from numba import cuda
 
-from autotune import numba_guard, simulator_barrier
+from autotune._patches import guard as numba_guard
+from autotune._patches import simulator_barrier
 
 THREADS = 64
 
@@ -18,7 +19,7 @@ def installed_barrier():
     """Load a generated kernel, which installs the barrier; skip where numba-cuda's source is another."""
     from numba.cuda.simulator import kernel
 
-    from autotune.build import build_kernel
+    from autotune.runtime.build import build_kernel
 
     build_kernel("reduce", {}, op="sum", axis=None).entry
     if not simulator_barrier.original_source_matches():

@@ -4,9 +4,9 @@ import textwrap
 import optuna
 import pytest
 
-from autotune.build import build_kernel, render_source
-from autotune.space import SpaceError, load_space
-from autotune.tuner import suggest
+from autotune.core.space import SpaceError, load_space
+from autotune.runtime.build import build_kernel, render_source
+from autotune.tuning.tuner import suggest
 
 
 @pytest.fixture(scope="module")

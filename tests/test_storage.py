@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.storage import StorageError, open_database, open_journal, redacted
+from autotune.tuning.storage import StorageError, open_database, open_journal, redacted
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,14 +1,14 @@
-"""The first step of a tf32 matmul on rounded copies (autotune/tf32_copies.py), in the simulator: every element of
-the copy is the source's element rounded to TF32, in the copy's K-major place; the pad past each row is zero (the
-rest of a row copy's last 16-byte piece) or left alone (a transposed copy); odd sizes, unaligned source rows, a
+"""The first step of a tf32 matmul on rounded copies (autotune/families/matmul/tf32_copies.py), in the simulator: every
+element of the copy is the source's element rounded to TF32, in the copy's K-major place; the pad past each row is zero
+(the rest of a row copy's last 16-byte piece) or left alone (a transposed copy); odd sizes, unaligned source rows, a
 grid smaller than the copy (the strided loops) and special values."""
 import numpy as np
 import pytest
+from checks import assert_launched_as_signed
 from numba import cuda
 
-from autotune import tf32_copies as tc
-from autotune.families.matmul import tf32_round
-from checks import assert_launched_as_signed
+from autotune.families.matmul import tf32_copies as tc
+from autotune.families.matmul.reference import tf32_round
 
 POISON = np.float32(-7.25)  # a value the copies never write: the pads must keep it
 

@@ -1,5 +1,5 @@
 """The tie rule between two measurements: faster only by more than the noise."""
-from autotune.timing import Timing
+from autotune.core.timing import Timing
 
 
 def t(median, p20, p80):

@@ -10,9 +10,9 @@ from pathlib import Path
 import optuna
 from optuna.trial import TrialState
 
-from autotune.device import current_device
-from autotune.problem import Problem
-from autotune.tuner import TuneConfig, Tuner
+from autotune.core.device import current_device
+from autotune.core.problem import Problem
+from autotune.tuning.tuner import TuneConfig, Tuner
 
 HERE = Path(__file__).parent
 
@@ -101,9 +101,9 @@ def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp
     always the two strategies without parameters: the draws are patched to do so), once those and one tile are
     seen the tuner still queues an unseen valid configuration, a neighbour of one seen, instead of ending the
     search as exhausted, which it did after 15 of 40 trials on the H100."""
-    from autotune.device import DeviceInfo
-    from autotune.space import SearchSpace, config_key
-    from autotune.tuner import suggest
+    from autotune.core.device import DeviceInfo
+    from autotune.core.space import SearchSpace, config_key
+    from autotune.tuning.tuner import suggest
 
     h100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", cc=(9, 0), sm_count=132, l2_bytes=50 << 20)
     tuner = Tuner(Problem("matmul", (8192, 128, 8192), "bfloat16", {}), TuneConfig(state_dir=tmp_path, baseline=False),
@@ -150,8 +150,8 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
     when the entry records a lower time (from older code); a run that did not measure it cannot."""
     import yaml
 
-    from autotune import report
-    from autotune.db import db_path
+    from autotune.runtime.db import db_path
+    from autotune.tuning import report
 
     space = tmp_path / "space.yaml"
     space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
@@ -225,7 +225,7 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
 def test_starts_take_at_most_half_the_trials_each_in_its_best_fitted_form_first(tmp_path):
     """1000^3 has dozens of start forms (split-K ways, clamped edges); the queue holds the incumbent, then the
     first form of each start in order, then the other forms, cut at half the trials."""
-    from autotune.tuner import study_params
+    from autotune.tuning.tuner import study_params
 
     h100 = replace(current_device(), sm_count=132)
     incumbent = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4, "EDGE": "clamp", "SPLIT_K": 2,
@@ -358,7 +358,7 @@ def test_ctrl_c_stops_the_run_at_once_and_records_nothing_half_done(tmp_path):
 def test_a_stopped_worker_measures_nothing_more():
     """After ``stop()`` (a run being interrupted) a GPU thread that got its compile just before must not spawn a
     fresh worker and measure: on the H100 that race held an interrupted run open for 17-45 s."""
-    from autotune.worker import Worker
+    from autotune.tuning.worker import Worker
 
     worker = Worker(device=None, simulator=True)
     worker.stop()
@@ -370,7 +370,7 @@ def test_a_stopped_worker_measures_nothing_more():
 def test_stopping_the_compile_pool_ends_running_compiles():
     """``CompilePool.stop`` ends a compile that is running, not only those waiting: an interrupted H100 run sat
     15-45 s at exit while the interpreter joined the pool's manager thread until the last long compile ended."""
-    from autotune.worker import CompilePool
+    from autotune.tuning.worker import CompilePool
 
     pool = CompilePool(1)
     running = pool.submit(time.sleep, 120)
@@ -393,7 +393,7 @@ def test_problems_share_a_warm_compile_pool_until_one_leaves_a_compile_running(t
     """A run's problems compile in the same warmed processes (started at once, each warmed first), so the second
     problem's first compiles wait for no start-up; a problem that ends with a compile still running stops that
     pool, and the next problem gets a fresh one."""
-    from autotune.worker import CompilePools
+    from autotune.tuning.worker import CompilePools
 
     space = "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n"
     with CompilePools(2) as pools:
@@ -424,7 +424,7 @@ def numba_error_scheme() -> tuple[str | None, str]:
 def test_compile_processes_make_numba_errors_without_markup():
     """Where colorama is installed, Numba marks up every error a compile raises and catches (thousands); the
     compile processes turn that off before Numba loads."""
-    from autotune.worker import CompilePool
+    from autotune.tuning.worker import CompilePool
 
     before = os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING")
     with CompilePool(1) as pool:
@@ -460,7 +460,7 @@ def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path)
 
 def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
     """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
-    from autotune.tuner import config_key
+    from autotune.tuning.tuner import config_key
 
     name = "reduce/float32/sum/all/37@cuda-simulator"
     if name in [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]:
@@ -486,8 +486,8 @@ def test_a_seed_compile_past_its_timeout_is_said_and_a_cancelled_one_is_not_meas
     reported, cancelled (the run stopped) it is dropped without a word; neither reaches the GPU worker."""
     import concurrent.futures as cf
 
-    from autotune.compile_queue import Compiling
-    from autotune.tuner import Seed
+    from autotune.tuning.compile_queue import Compiling
+    from autotune.tuning.tuner import Seed
 
     lines = []
     config = TuneConfig(state_dir=tmp_path, baseline=False, compile_timeout_s=0.6)
@@ -508,7 +508,7 @@ def test_a_seed_compile_past_its_timeout_is_said_and_a_cancelled_one_is_not_meas
 
 def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
     """wgmma variants are pruned, not compiled, on a GPU other than Hopper (an A100 here, a B200 too)."""
-    from autotune.device import DeviceInfo
+    from autotune.core.device import DeviceInfo
 
     config = TuneConfig(trials=1, state_dir=tmp_path, baseline=False)
     wgmma = {"strategy": "tiled", "BM": 128, "BN": 256, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 0, "ASYNC_STAGES": 4,

@@ -1,7 +1,7 @@
 """`autotune warm`'s report: an entry that spills with this toolchain but was tuned without spilling is named."""
-from autotune.db import Entry
-from autotune.problem import Problem
-from autotune.warm import WarmResult, entry_line, spills_unlike_its_record
+from autotune.commands.warm import WarmResult, entry_line, spills_unlike_its_record
+from autotune.core.problem import Problem
+from autotune.runtime.db import Entry
 
 PROBLEM = Problem("matmul", (2048, 2048, 2048), "float64", {"layout": "nn"})
 
@@ -38,7 +38,7 @@ def test_kernels_are_compiled_ahead_under_the_key_a_launch_looks_up():
     import numba
     import numpy as np
 
-    from autotune.compiler import compile_as_launched
+    from autotune.runtime.compiler import compile_as_launched
 
     class Recorder:
         def compile(self, sig):

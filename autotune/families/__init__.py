@@ -1,1 +1,1 @@
-"""The built-in kernel families, each an implementation of ``autotune.family.KernelFamily``."""
+"""The built-in kernel families, each an implementation of ``autotune.core.family.KernelFamily``."""

@@ -1,0 +1,196 @@
+"""``autotune bench``: the tuned kernels next to vendor libraries and the seed kernels, in one process and run.
+
+Every contender is timed with ``measure.bench`` (CUDA events, warm-up, L2 flushed before each run, median) on
+the same standard-normal inputs; each of ours is first checked with its family's oracle. Peers are the family's
+(``KernelFamily.peers``: cuBLAS through CuPy and PyTorch with TF32 off, CuPy/CUB and PyTorch reductions, Numba's
+``cuda.reduce``); those whose library is not installed are skipped and named. Results go to a Markdown table
+and, where matplotlib is installed, a PNG plot (``pip install "autotune[bench]"`` installs all three).
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from ..core.device import current_device
+from ..core.problem import Problem
+from ..core.space import load_space
+from ..runtime import arrays
+from ..runtime.build import build_kernel
+from ..runtime.compiler import ResourceReport
+from ..runtime.lookup import choose, lookup_folders
+from ..tuning.evaluate import compile_variant
+from ..tuning.instance import Instance
+from ..tuning.measure import L2Flusher, bench
+from ..tuning.records import job_for
+from ..tuning.report import fraction_of_peak, table, versions
+from ..tuning.worker import CompilePool
+
+OPTIONAL = {"cupy": "CuPy", "torch": "PyTorch", "matplotlib": "matplotlib (plots)"}
+
+
+def missing_optional() -> list[str]:
+    """The optional bench libraries that are not installed here."""
+    return [name for module, name in OPTIONAL.items() if importlib.util.find_spec(module) is None]
+
+
+def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
+    space = load_space(problem.kind)
+    return [(name, space.restrict(p, dtype=problem.dtype, family=problem.family))
+            for name, p in problem.impl.seeds()]
+
+
+def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
+    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way."""
+    rng = np.random.default_rng()
+    inst = Instance(problem, rng)
+    params, note = choose(problem, folders)
+    rows = []
+    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds_of(problem)]:
+        kernel = build_kernel(problem.kind, p, problem.dtype, **problem.family)
+        error = inst.check(kernel)
+        if error:
+            rows.append({"name": name, "error": error})
+            continue
+        t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
+        res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
+        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
+                     "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
+    for name, call in problem.impl.peers(problem, inst.time_args).items():
+        try:
+            t = bench(call, flush=flusher)
+            rows.append({"name": name, "timing": t,
+                         "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.to_host(call()))})
+        except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
+            rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
+    return rows
+
+
+def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
+    """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
+    loads them from Numba's disk cache instead of compiling one after another."""
+    jobs = []
+    for problem in problems:
+        for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:
+            jobs.append(job_for(problem, load_space(problem.kind).validate(p, dtype=problem.dtype,
+                                                                           family=problem.family)))
+    workers = max(1, min(len(jobs), os.cpu_count() or 1))
+    print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
+    with CompilePool(workers) as pool:
+        for result in pool.map(compile_variant, jobs):
+            if not result.ok:
+                print(result.reason, file=sys.stderr)
+
+
+def measuring_arguments(argv: list[str]) -> list[str]:
+    """The command line without ``--out FOLDER``: where the report was written says nothing about what it
+    measured, and a machine's own folder (a temporary one) would only confuse a reader repeating the command."""
+    kept, skip = [], False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg == "--out":
+            skip = True
+        elif not arg.startswith("--out="):
+            kept.append(arg)
+    return kept
+
+
+def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
+    device = current_device()
+    folders = lookup_folders(db)
+    missing = missing_optional()
+    if missing:
+        print(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")", file=sys.stderr)
+    flusher = L2Flusher()
+    compile_ahead(problems, folders)
+    sections, plot_data = [], []
+    for problem in problems:
+        print(f"bench {problem.key}", file=sys.stderr, flush=True)
+        rows = bench_problem(problem, folders, flusher)
+        sections.append(_section(problem, rows, device))
+        plot_data.append((problem, rows))
+        print(sections[-1] + "\n", flush=True)
+    kind = problems[0].kind
+    name = problems[0].impl.bench_name(problems[0])
+    command = "autotune " + " ".join(measuring_arguments(sys.argv[1:]))
+    header = (f"# autotune bench {kind} on {device.name}\n\n"
+              f"Date {datetime.date.today().isoformat()}; {versions()}; command: `{command}`.\n"
+              f"Times: median of CUDA-event timings of single calls, L2 flushed (2x L2 overwritten) before each and "
+              f"the call queued behind a 200 us GPU sleep (GPU time only, host launch time hidden), after warm-up; "
+              f"every autotune variant was first checked against float64 NumPy by its family's oracle (exactly where "
+              f"the data allow, else within the stated error bound).\n")
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    md = out / f"{device.slug}-{name}.md"
+    md.write_text(header + "\n" + "\n\n".join(sections) + "\n")
+    plotted = _plot(plot_data, device, out / f"{device.slug}-{name}.png")
+    print(f"wrote {md}" + (f" and {plotted}" if plotted else " (matplotlib not installed: no plot)"))
+    return str(md)
+
+
+def _reference_row(problem: Problem, rows: list[dict]) -> dict | None:
+    for row in rows:
+        if row["name"] in problem.impl.reference_peers and "timing" in row:
+            return row
+    return None
+
+
+def _section(problem: Problem, rows: list[dict], device) -> str:
+    """A problem's table. Where the family measures errors (``result_error``), a column of each contender's
+    relative error against float64 on the same timing data."""
+    ref = _reference_row(problem, rows)
+    accuracy = any(r.get("accuracy") is not None for r in rows)
+    body = []
+    for r in rows:
+        if "error" in r:
+            body.append([r["name"], "error", None, None, None, *([None] if accuracy else []), None, None,
+                         r["error"][:80]])
+            continue
+        ms = r["timing"].median_ms
+        rate = problem.rate(ms / 1e3)
+        peak = fraction_of_peak(problem, rate, device)
+        ratio = ref["timing"].median_ms / ms if ref else None
+        error = [f"{r['accuracy']:.3g}" if r.get("accuracy") is not None else None] if accuracy else []
+        body.append([r["name"], ms, f"{rate:.4g} {problem.unit}", f"{100 * peak:.1f}%" if peak else None,
+                     f"{ratio:.2f}x" if ratio else None, *error, r.get("registers"), r.get("local"),
+                     f"spread {100 * r['timing'].spread:.1f}%, {r['timing'].reps} reps"])
+    return (f"## {problem.key}\n\n"
+            + table(["kernel", "ms", "rate", "of peak", f"vs {ref['name'] if ref else '-'}",
+                     *(["rel. error"] if accuracy else []), "registers", "local B", "notes"], body)
+            + "\n\n(local B: local memory per thread, stack frame plus spills, as the driver reports it"
+            + ("; rel. error: Frobenius norm of the error of sampled rows of the result against float64, on the "
+               "timed data" if accuracy else "") + ")")
+
+
+def _plot(data, device, path: Path) -> Path | None:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return None
+    names = sorted({r["name"] for _, rows in data for r in rows if "timing" in r})
+    fig, ax = plt.subplots(figsize=(max(8, 1.6 * len(data)), 4.5))
+    width = 0.8 / max(1, len(names))
+    for i, name in enumerate(names):
+        xs, ys = [], []
+        for j, (problem, rows) in enumerate(data):
+            for r in rows:
+                if r["name"] == name and "timing" in r:
+                    xs.append(j + i * width)
+                    ys.append(problem.rate(r["timing"].median_ms / 1e3))
+        ax.bar(xs, ys, width, label=name)
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(data))])
+    ax.set_xticklabels([p.key.split("/", 2)[2] for p, _ in data], rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(data[0][0].unit)
+    ax.set_title(f"autotune bench on {device.name} (higher is better)")
+    ax.legend(fontsize=7, ncol=2)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return path

@@ -1,0 +1,130 @@
+"""``autotune warm``: compile the database's kernels ahead, so that no process waits for a compile later.
+
+On a GPU machine each entry for this GPU model is compiled in a pool of processes with Numba's disk cache on:
+later processes (``get_best_kernel``) load the compiled kernel instead of compiling it. Without a GPU, ``--cc``
+compiles the entries of the GPU models with that compute capability to PTX and links them to a cubin (nvJitLink),
+which proves they build and reports their registers and spills. Each entry's compile seconds, registers and
+spills are printed, then a total. An entry that spills here but was tuned without spilling (its recorded
+resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers differently, which may cost speed
+(benchmarks/NOTES.md item 48).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..runtime.db import DatabaseError, Entry, load_file, load_folder
+from ..tuning.records import Job, job_for
+
+
+@dataclass(frozen=True)
+class WarmResult:
+    key: str
+    ok: bool
+    seconds: float
+    registers: int | None = None
+    spill_bytes: int | None = None
+    reason: str = ""
+
+
+def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout) -> int:
+    """Compile the entries; 0 when all compiled, 1 when one failed, 3 without a GPU and without ``cc``."""
+    from ..core.device import current_device, device_slug, gpu_available
+
+    if cc is None and not gpu_available():
+        print("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that compute "
+              "capability without one", file=sys.stderr)
+        return 3
+    target = _parse_cc(cc) if cc else current_device().cc
+    wanted = (lambda f: str(f.device.get("cc")) == f"{target[0]}.{target[1]}") if cc else \
+        (lambda f: f.path.stem == device_slug(current_device().name))
+    entries = _entries(db, wanted)
+    if not entries:
+        print(f"no database entries for {'compute capability ' + cc if cc else current_device().name}", file=out)
+        return 0
+    from ..tuning.worker import CompilePool
+
+    workers = jobs or max(1, os.cpu_count() or 1)
+    print(f"compiling {len(entries)} kernels for sm_{target[0]}{target[1]} in {workers} processes", file=out,
+          flush=True)
+    t0 = time.perf_counter()
+    failed = newly_spilling = 0
+    with CompilePool(workers) as pool:
+        futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
+        for entry, future in zip(entries, futures):
+            r = future.result()
+            failed += not r.ok
+            newly_spilling += spills_unlike_its_record(entry, r)
+            print(entry_line(entry, r), file=out, flush=True)
+    print(f"{len(entries) - failed} of {len(entries)} compiled in {time.perf_counter() - t0:.1f} s", file=out)
+    if newly_spilling:
+        print(f"{newly_spilling} kernels spill with this toolchain but were tuned without spilling: they may run "
+              f"slower here; `autotune selftest --device 0` checks their results, re-tuning their shapes (--force) "
+              f"finds variants that do not spill", file=out)
+    return 1 if failed else 0
+
+
+def spills_unlike_its_record(entry: Entry, result: WarmResult) -> bool:
+    """Whether ``entry`` compiled to a kernel that spills where the kernel it was tuned with did not (its recorded
+    resources; an entry without them is not judged)."""
+    recorded = entry.record.get("resources") or {}
+    if not result.ok or not result.spill_bytes or "spill_stores" not in recorded:
+        return False
+    return recorded["spill_stores"] + recorded.get("spill_loads", 0) == 0
+
+
+def entry_line(entry: Entry, result: WarmResult) -> str:
+    """One entry's line of the report: outcome, seconds, registers, spill bytes, key, and why it failed or that
+    it spills unlike its record."""
+    spill = "-" if result.spill_bytes is None else result.spill_bytes
+    note = result.reason or ("spills here, tuned without spilling" if spills_unlike_its_record(entry, result) else "")
+    return (f"{'ok  ' if result.ok else 'FAIL'} {result.seconds:7.1f} s  registers {result.registers or '-':>4}  "
+            f"spill bytes {spill:>4}  {entry.problem.key}" + (f"  {note}" if note else ""))
+
+
+def warm_one(job: Job, cc: tuple[int, int] | None) -> WarmResult:
+    """Compile one entry: for this GPU (filling the disk cache), or for ``cc`` to a cubin without a GPU."""
+    from ..runtime.build import build_kernel
+    from ..runtime.compiler import compile_ahead_report
+
+    t0 = time.perf_counter()
+    key = job.problem().key
+    try:
+        report = compile_ahead_report(build_kernel(job.kind, job.params, job.dtype, **job.args), cc)
+    except Exception as exc:
+        return WarmResult(key, False, time.perf_counter() - t0, reason=f"{type(exc).__name__}: {exc}"[:300])
+    return WarmResult(key, True, time.perf_counter() - t0, report.registers, report.spill_stores + report.spill_loads)
+
+
+def _parse_cc(text: str) -> tuple[int, int]:
+    try:
+        major, minor = (int(x) for x in text.split("."))
+    except ValueError:
+        raise ValueError(f"--cc takes a compute capability such as 9.0, got {text!r}") from None
+    return major, minor
+
+
+def _entries(db: str | None, wanted) -> list[Entry]:
+    """The entries to compile: of a database file, or of the files in a folder (default: the lookup folders)
+    that ``wanted`` accepts; one configuration compiled once."""
+    if db and Path(db).is_file():
+        files = [load_file(Path(db))]
+    else:
+        from ..runtime.lookup import lookup_folders
+
+        if db and not Path(db).is_dir():
+            raise DatabaseError(f"--db {db}: no such file or folder")
+        folders = [Path(db)] if db else lookup_folders(None, device="any")
+        files = [f for folder in folders for f in load_folder(folder)[0] if wanted(f)]
+    seen, entries = set(), []
+    for f in files:
+        for e in f.entries:
+            key = (e.problem.kind, e.problem.dtype, tuple(sorted(e.problem.family.items(), key=str)),
+                   tuple(sorted(e.params.items())))
+            if key not in seen:
+                seen.add(key)
+                entries.append(e)
+    return entries

@@ -1,0 +1,115 @@
+"""What is being tuned: a kernel family, a shape, a dtype and the family's arguments (layout, op, axis...).
+
+A ``Problem`` is the key of a study and of a database entry (autotune/tuning/instance.py holds its data on the
+device).
+"""
+from __future__ import annotations
+
+import operator
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from .dtypes import numpy_dtype
+from .registry import family as family_named
+
+_DIMS = re.compile(r"^\d+(x\d+)*$")
+_POWER = re.compile(r"^(\d+)(\*\*|<<)(\d+)$")
+
+
+def parse_shape(text: str) -> tuple[int, ...]:
+    """'4096x4096x4096' -> (4096, 4096, 4096); a 1-D size may also be written '2**24' or '1<<24'."""
+    text = str(text).strip().lower().replace(" ", "")
+    power = _POWER.match(text)
+    if power:
+        base, op, exp = power.groups()
+        if int(exp) > 64:
+            raise ValueError(f"shape {text!r} is too large")
+        return check_dims((int(base) ** int(exp) if op == "**" else int(base) << int(exp),), text)
+    if not _DIMS.match(text):
+        raise ValueError(f"shape {text!r} is not of the form 4096x4096x4096 (matmul M x N x K), 268435456 or "
+                         f"16384x16384 (reduce)")
+    return check_dims(tuple(int(d) for d in text.split("x")), text)
+
+
+def check_dims(shape: Any, text: Any = None) -> tuple[int, ...]:
+    """A problem shape as a tuple of Python ints, each at least 1 (NumPy integers accepted); ValueError else."""
+    dims = (shape,) if not isinstance(shape, (tuple, list)) else shape
+    try:
+        dims = tuple(operator.index(d) for d in dims)
+    except TypeError:
+        raise ValueError(f"shape {text or shape!r}: dimensions must be integers") from None
+    if not dims or any(d < 1 for d in dims):
+        raise ValueError(f"shape {text or shape!r}: every dimension must be at least 1 (a problem is tuned and "
+                         f"looked up for a non-empty shape)")
+    return dims
+
+
+def shape_text(shape: tuple[int, ...]) -> str:
+    return "x".join(map(str, shape))
+
+
+def dtype_name(dtype: Any) -> str:
+    """'float32' for np.float32, 'f4', np.dtype('float32') or 'float32'; ValueError for what is no dtype."""
+    try:
+        return numpy_dtype(dtype).name
+    except TypeError:
+        raise ValueError(f"dtype {dtype!r} is not a NumPy dtype") from None
+
+
+@dataclass(frozen=True)
+class Problem:
+    """``kind``: the family's name; ``family``: its arguments, validated and completed with defaults."""
+
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    family: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self):
+        impl = family_named(self.kind)
+        try:
+            args = impl.family_args(**dict(self.family))
+        except TypeError as exc:
+            raise ValueError(f"{self.kind}: {exc}") from None
+        object.__setattr__(self, "dtype", dtype_name(self.dtype))
+        if self.dtype not in impl.dtypes:
+            raise ValueError(f"dtype {self.dtype!r} is not supported by {self.kind}; supported: "
+                             f"{', '.join(impl.dtypes)}")
+        object.__setattr__(self, "shape", check_dims(self.shape))
+        args = impl.canonical_args(self.shape, args)
+        object.__setattr__(self, "family", args)
+        impl.check_shape(self.shape, args)
+        impl.check_dtype(self.dtype, args)
+
+    @property
+    def impl(self):
+        """The ``KernelFamily`` this problem belongs to."""
+        return family_named(self.kind)
+
+    @property
+    def key(self) -> str:
+        """A stable name: 'matmul/float32/nn/4096x4096x4096', 'reduce/float32/sum/axis1/16384x16384'."""
+        return f"{self.kind}/{self.dtype}/{self.impl.key_tag(self.family)}/{shape_text(self.shape)}"
+
+    @property
+    def work(self) -> float:
+        """Floating-point operations or the fewest bytes moved, as the family counts them."""
+        return self.impl.work(self)
+
+    @property
+    def unit(self) -> str:
+        return self.impl.unit
+
+    def rate(self, seconds: float) -> float:
+        """Throughput in ``unit``."""
+        return self.impl.rate(self, seconds)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return self.impl.out_shape(self)
+
+    @property
+    def out_dtype(self) -> str:
+        """The output's dtype: the input's, unless the family says otherwise (an int32 sum gives int64)."""
+        return self.impl.out_dtype(self)

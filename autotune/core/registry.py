@@ -1,0 +1,189 @@
+"""The kernel families known in this process: the built-in ones, those registered by the user, and those that
+installed packages expose through the ``autotune.families`` entry-point group.
+
+A family is found by name (``family("matmul")``); ``register_family`` adds one from a Python file, a folder
+holding ``family.py`` or ``__init__.py``, an importable module name, or a ``KernelFamily`` object. A module or
+file exposes its family as the attribute ``family`` (an instance) or ``Family`` (a subclass). Each family
+remembers where it came from (``KernelFamily.source``), so that the compile and GPU worker processes, which are
+spawned fresh, load the same family again (``load_family``).
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import threading
+import warnings
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from .family import KernelFamily
+
+#: The built-in families: name -> module. The only place besides the command line's two tuning commands where
+#: their names appear as code.
+BUILTIN = {"matmul": "autotune.families.matmul.family", "reduce": "autotune.families.reduce.family"}
+ENTRY_POINT_GROUP = "autotune.families"
+
+_families: dict[str, KernelFamily] = {}
+_lock = threading.RLock()
+_entry_points_read = False
+
+
+class FamilyError(ValueError):
+    """A family cannot be found, loaded or registered; the message says which and why."""
+
+
+def family(name: str) -> KernelFamily:
+    """The registered family called ``name``; FamilyError naming the known ones otherwise."""
+    with _lock:
+        if name in _families:
+            return _families[name]
+        if name in BUILTIN:
+            return _register(_from_module(importlib.import_module(BUILTIN[name]), name), source=name)
+        _read_entry_points()
+        if name in _families:
+            return _families[name]
+    raise FamilyError(f"unknown kernel kind {name!r} (no kernel family of that name); known: {', '.join(known())} (a family of your own is "
+                      f"registered with autotune.register_family(PATH) or `--family PATH`)")
+
+
+def known() -> list[str]:
+    """Names of the families available: built-in, entry points, registered."""
+    with _lock:
+        _read_entry_points()
+        return sorted({*BUILTIN, *_families})
+
+
+def is_known(name: str) -> bool:
+    try:
+        family(name)
+        return True
+    except FamilyError:
+        return False
+
+
+def register_family(spec: Any) -> KernelFamily:
+    """Make a family known to build_kernel, get_best_kernel, the tuner and the database commands.
+
+    ``spec``: a path to a ``.py`` file or to a folder with ``family.py`` or ``__init__.py`` (its template and
+    search space beside it), an importable module name, a module, a ``KernelFamily`` subclass or instance.
+    Registering the same family again is harmless; another family under a taken name is refused."""
+    if isinstance(spec, KernelFamily):
+        return _register(spec, source=spec.source or type(spec).__module__)
+    if inspect.isclass(spec) and issubclass(spec, KernelFamily):
+        return _register(spec(), source=spec.__module__)
+    if isinstance(spec, ModuleType):
+        return _register(_from_module(spec, spec.__name__), source=spec.__name__)
+    text = str(spec)
+    path = Path(text).expanduser()
+    if path.exists() or text.endswith(".py") or "/" in text:
+        return _register(_from_module(_import_path(path), text), source=str(path.resolve()))
+    if text in BUILTIN:
+        return family(text)
+    try:
+        module = importlib.import_module(text)
+    except ImportError as exc:
+        raise FamilyError(f"cannot load kernel family {text!r}: no such file or folder, and importing it as a "
+                          f"module failed ({exc})") from None
+    return _register(_from_module(module, text), source=text)
+
+
+def load_family(source: str) -> KernelFamily:
+    """The family that ``KernelFamily.source`` names: a registered name, else loaded from the path or module."""
+    with _lock:
+        for attempt in range(2):
+            for fam in _families.values():
+                if source in (fam.name, fam.source):
+                    return fam
+            if source in BUILTIN:
+                return family(source)
+            _read_entry_points()
+    return register_family(source)
+
+
+def _register(fam: KernelFamily, source: str) -> KernelFamily:
+    name = getattr(fam, "name", None)
+    if not isinstance(name, str) or not name.isidentifier():
+        raise FamilyError(f"{source}: a kernel family needs a 'name' that is an identifier, got {name!r}")
+    with _lock:
+        current = _families.get(name)
+        if current is not None:
+            if current.source == (fam.source or source) or type(current) is type(fam):
+                return current
+            raise FamilyError(f"{source}: a kernel family named {name!r} is already registered from "
+                              f"{current.source}")
+        if not fam.source:
+            fam.source = source
+        _families[name] = fam
+        return fam
+
+
+def _from_module(module: ModuleType, where: str) -> KernelFamily:
+    found = getattr(module, "family", None)
+    if isinstance(found, KernelFamily):
+        return found
+    cls = getattr(module, "Family", None)
+    if inspect.isclass(cls) and issubclass(cls, KernelFamily):
+        return cls()
+    raise FamilyError(f"{where}: defines no kernel family (expected a module attribute 'family', an instance of "
+                      f"autotune.KernelFamily, or 'Family', a subclass)")
+
+
+def _import_path(path: Path) -> ModuleType:
+    """Import a family's file or folder under a private module name derived from its path."""
+    path = path.resolve()
+    if path.is_dir():
+        for candidate in ("family.py", "__init__.py"):
+            if (path / candidate).is_file():
+                path = path / candidate
+                break
+        else:
+            raise FamilyError(f"{path}: a family folder needs family.py or __init__.py")
+    if not path.is_file():
+        raise FamilyError(f"{path}: no such family file")
+    name = "autotune_family_" + "_".join(part for part in path.with_suffix("").parts if part.isidentifier())[-80:]
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[name]
+        raise FamilyError(f"{path}: importing the family failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def _read_entry_points() -> None:
+    """Families that installed packages expose (``[project.entry-points."autotune.families"]``), read once."""
+    global _entry_points_read
+    if _entry_points_read:
+        return
+    _entry_points_read = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            loaded = point.load()
+            if inspect.isfunction(loaded):
+                loaded = loaded()
+            if isinstance(loaded, ModuleType):
+                loaded = _from_module(loaded, point.value)
+            elif inspect.isclass(loaded) and issubclass(loaded, KernelFamily):
+                loaded = loaded()
+            if not isinstance(loaded, KernelFamily):
+                raise FamilyError("it is not a kernel family")
+            loaded.source = point.name  # a spawned process finds it by name through the entry point again
+            fam = _register(loaded, point.name)
+        except Exception as exc:  # one broken package must not hide the others
+            warnings.warn(f"kernel family entry point {point.name!r} ({point.value}) failed to load: {exc}",
+                          stacklevel=3)
+            continue
+        if fam.name != point.name:
+            warnings.warn(f"entry point {point.name!r} gave a family named {fam.name!r}", stacklevel=3)
+
+
+__all__ = ["family", "known", "register_family", "load_family", "FamilyError", "BUILTIN"]

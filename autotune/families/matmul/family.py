@@ -1,0 +1,395 @@
+"""The matmul family: C = A @ B for float32, float64, float16 and bfloat16, with A and/or B optionally stored
+transposed.
+
+``layout`` names how A and B are stored, BLAS-style: "nn" (both row-major), "tn" (A is given as the
+transpose of a row-major K x M array, e.g. ``At.T``), "nt", "tt". ``precision`` says how float32 products may be
+rounded: "ieee" (fp32 FMAs on the CUDA cores), "3xtf32" (fp32-level error on the TF32 tensor cores: each operand
+split into two TF32 parts and three products summed) or "tf32" (one product of TF32-rounded operands, as cuBLAS
+with TF32 enabled). float16 is NumPy's: products and sums in float32, the result rounded to float16 (as
+``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
+in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. bfloat16
+(ml_dtypes', see autotune/core/dtypes.py) is float16's twin: the same kernels on bf16 products, its tiles holding bits.
+Five templates
+render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
+the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
+float32 at the tf32 precisions, fp16 for float16, bf16 for bfloat16); with ``WGMMA`` on Hopper, the warpgroup
+kernels (float16, bfloat16, and float32 at the tf32 precisions).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ...core.dtypes import HALF, numpy_dtype, retyped, storage
+from ...core.family import Case, FamilyArg, KernelFamily
+from ...core.oracle import compare_exact, compare_norm, relative_error, unwritten
+from .config import (
+    EXACT_LIMIT,
+    LAYOUTS,
+    MMA_TILES,
+    PRECISIONS,
+    WGMMA_ALIGN,
+    a_row_stride,
+    a_tile_elements,
+    accumulator_dtype,
+    dynamic_shared_bytes,
+    is_tiled,
+    is_tma,
+    is_wgmma,
+    is_wgmma_tf32,
+    kernel_args,
+    matmul_shared_bytes,
+    matmul_threads,
+    mma_precision,
+    reads_rounded_copies,
+    shared_pad,
+    shared_stages,
+    split_add,
+    vector_width,
+)
+from .predicates import PREDICATES
+from .reference import error_bound, error_rows
+
+HERE = Path(__file__).resolve().parent
+
+# -- the family -------------------------------------------------------------------------------------
+class MatmulFamily(KernelFamily):
+    name = "matmul"
+    summary = "C = A @ B"
+    dtypes = ("float32", "float64", "float16", "bfloat16")
+    args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
+            FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
+                      "error on the TF32 tensor cores) or tf32 (TF32-rounded operands, as cuBLAS with TF32 on)",
+                      implicit=True),
+            FamilyArg("out_dtype", (None, "float32"), None, "the result's dtype: input (the operands') or float32 "
+                      "(float16 or bfloat16 operands: the float32 sums, not rounded)", none_means="input",
+                      implicit=True))
+    unit = "TFLOP/s"
+    baseline = {"strategy": "shared16"}
+    suite = ("1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
+             "8192x128x8192", "1000x1000x1000", "127x3000x511")
+    dry_run_shapes = ("37x29x11",)
+    predicates = PREDICATES
+    reference_peers = ("cuBLAS (cupy)", "cuBLAS (torch)", "cuBLAS TF32 (torch)")
+
+    def __init__(self):
+        self.space_file = HERE / "space.yaml"
+        self.template_dir = HERE / "templates"
+
+    def check_shape(self, shape, args) -> None:
+        if len(shape) != 3:
+            raise ValueError(f"a matmul shape is M x N x K, got {'x'.join(map(str, shape))}")
+
+    def check_dtype(self, dtype, args) -> None:
+        if args["precision"] != "ieee" and dtype != "float32":
+            raise ValueError(f"precision {args['precision']} is for float32 matmul; {dtype} has ieee only")
+        if args["out_dtype"] is not None and dtype not in HALF:
+            raise ValueError(f"out_dtype {args['out_dtype']} is for float16 and bfloat16 operands; a {dtype} matmul "
+                             f"gives {dtype}")
+
+    def out_dtype(self, problem) -> str:
+        return self.out_dtype_of(problem.dtype, problem.family)
+
+    @staticmethod
+    def out_dtype_of(dtype: str, args: Mapping[str, Any]) -> str:
+        return args.get("out_dtype") or dtype
+
+    def work(self, problem) -> float:
+        M, N, K = problem.shape
+        return 2.0 * M * N * K
+
+    def peak(self, device, dtype: str) -> float | None:
+        return device.peak_tflops(dtype)
+
+    def peak_for(self, problem, device) -> float | None:
+        """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores; float16 and
+        bfloat16 on the fp16 ones (the same rate)."""
+        if problem.family["precision"] != "ieee":
+            return device.peak_tflops("tf32")
+        return self.peak(device, "float16" if problem.dtype in HALF else problem.dtype)
+
+    def out_shape(self, problem) -> tuple[int, ...]:
+        return problem.shape[0], problem.shape[1]
+
+    def templates(self) -> list[str]:
+        return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2",
+                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2"]
+
+    def template(self, params) -> str:
+        if not is_tiled(params):
+            return "matmul_seed.py.j2"
+        if is_wgmma(params):
+            tf32_registers = is_wgmma_tf32(params) and not reads_rounded_copies(params)
+            return "matmul_wgmma_tf32.py.j2" if tf32_registers else "matmul_wgmma.py.j2"
+        return "matmul_mma.py.j2" if params.get("MMA", 0) else "matmul_tiled.py.j2"
+
+    def template_context(self, params, dtype, args, simulator) -> dict[str, Any]:
+        layout = args["layout"]
+        # ZERO is the accumulators' zero; EL0 an element's (a float16 global constant is invalid NVVM IR in
+        # numba-cuda 0.30, so float16's is written in place).
+        # A bfloat16 kernel holds its operands as their bits (uint16, see autotune/core/dtypes.py).
+        acc, out = accumulator_dtype(dtype), self.out_dtype_of(dtype, args)
+        element = storage(dtype)
+        ctx: dict[str, Any] = {**params, "dtype": element, "ACC": acc,
+                               "EL0": "ZERO" if acc == dtype else f"{element}(0)", "BF16": dtype == "bfloat16",
+                               "OUT_BF16": out == "bfloat16",
+                               "SIM": simulator, "TRANS_A": layout[0] == "t",
+                               "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
+                               "ARGS": kernel_args(params),
+                               "description": f"matmul {layout} {dtype} {dict(params)}"}
+        if not is_tiled(params):
+            return ctx
+        threads = matmul_threads(params)
+        if is_wgmma(params):
+            ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
+                       OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
+                       TF32=reads_rounded_copies(params), TMA=is_tma(params))
+            if ctx["TF32"]:  # the copies are K-major whatever the layout: A as M x K, B as N x K
+                ctx.update(TRANS_A=False, TRANS_B=True, EL0="float32(0)")
+            return ctx
+        vec = params["VEC"]
+        mma = ctx["MMA"]
+        itemsize = numpy_dtype(dtype).itemsize
+        pad = shared_pad(params, itemsize)
+        precision = mma_precision(dtype, args)
+        ctx.update(
+            MMA_PRECISION=precision,
+            MMA_TILE=MMA_TILES.get(precision, ""),
+            MMA_SLOTS=mma // 2 + mma // 4,
+            AS_LD=params["BM"] + pad,
+            AM_LD=a_row_stride(params, itemsize),
+            A_SIZE=a_tile_elements(params, itemsize),
+            BS_LD=params["BN"] + pad,
+            THREADS=threads,
+            ASYNC_STAGES=params.get("ASYNC_STAGES", 0),
+            STAGES=shared_stages(params),
+            ITEMSIZE=itemsize,
+            DYNAMIC_SHARED=dynamic_shared_bytes(params, dtype) > 0,
+            LOADS_A=params["BM"] * params["BK"] // (threads * vec),
+            LOADS_B=params["BK"] * params["BN"] // (threads * vec),
+            VA=vector_width(vec, params["TM"]) if ctx["A_SMEM"] == "kmajor" else 1,
+            VB=vector_width(vec, params["TN"]),
+            VC=vector_width(vec, 2 if mma else params["TN"]),
+            SPLIT_ADD=split_add(params),
+            PARTIAL_VEC=vector_width(16 // np.dtype(ctx["ACC"]).itemsize, params["TM"] * params["TN"]),
+        )
+        return ctx
+
+    def make_kernel(self, module, params, dtype, args, source, simulator):
+        from .kernel import MatmulKernel
+
+        return MatmulKernel(self, module, params, dtype, args, source, simulator)
+
+    def threads(self, params) -> int:
+        return matmul_threads(params)
+
+    def shared_bytes(self, params, itemsize: int) -> int:
+        return matmul_shared_bytes(params, itemsize)
+
+    def unfit_for(self, params, device) -> str | None:
+        """wgmma exists on compute capability 9.0 alone (sm_90a: Hopper; not on later GPUs either)."""
+        if is_wgmma(params) and tuple(device.cc[:2]) != (9, 0):
+            cc = ".".join(map(str, device.cc[:2]))
+            return f"WGMMA=1 runs on Hopper (compute capability 9.0) only, not on {device.name} ({cc})"
+        return None
+
+    # -- data and oracle ----------------------------------------------------------------------------
+    def inputs(self, problem, rng, purpose):
+        """A and B as the layout stores them. Check data are integers in [-2, 2] (never all zero): every sum of
+        K products of |a*b| <= 4 is exact in float32 while 4K < 2**24, so a result is right to the last bit or
+        wrong. Timing data are standard normal (never zeros, which can run faster)."""
+        M, N, K = problem.shape
+        layout = problem.family["layout"]
+        arrays = []
+        for shape, transposed in (((M, K), layout[0] == "t"), ((K, N), layout[1] == "t")):
+            if purpose == "check":
+                x = rng.integers(-2, 3, size=shape, dtype=np.int8).astype(problem.dtype)
+                x.flat[0] = 1
+            else:
+                x = rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype)
+            arrays.append(np.asfortranarray(x) if transposed else x)
+        return arrays
+
+    def verification(self, problem, inputs, rng) -> list[Case]:
+        """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact; float16's and
+        bfloat16's results are the exact sums rounded to their dtype, checked over ``error_rows``) and, at a
+        rounded precision and for 16-bit operands, standard normal data whose error must stay within twice the
+        error of the reference on
+        the same data (``error_bound``)."""
+        M, N, K = problem.shape
+        A, B = (a.astype(np.float64) for a in inputs)
+        precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.family["precision"]
+        out_dtype = self.out_dtype(problem)
+        if out_dtype in HALF:
+            rows = error_rows(problem.shape)
+            cases = [Case(tuple(inputs), (A[rows] @ B).astype(out_dtype).astype(np.float64), "exact rows")]
+        else:
+            cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        if precision != "ieee":
+            data = tuple(self.inputs(problem, rng, "time"))
+            rows = error_rows(problem.shape)
+            A, B = (a.astype(np.float64) for a in data)
+            expected = A[rows] @ B
+            cases.append(Case(data, expected, "error rows",
+                              error_bound(precision, data[0][rows], data[1], expected, out_dtype)))
+        return cases
+
+    def verify(self, problem, case, got, rng) -> str | None:
+        """Exact on integer data: small problems elementwise, large ones by Freivalds' test; within the case's
+        tolerance (relative error, Frobenius norm, over ``error_rows``) on the normal data of a rounded precision.
+
+        Freivalds: C v == A (B v) for random integer vectors v; every product and sum here is an integer far
+        below 2**53, so float64 is exact and any wrong element makes the test fail with probability >= 1/2
+        per vector (much higher for integer v drawn from a wide range). Plus 512 sampled elements exactly (32
+        random rows by 16 random columns)."""
+        problem_text = unwritten(got)
+        if problem_text:
+            return problem_text
+        C = got.astype(np.float64)
+        if case.tolerance is not None:
+            precision = problem.dtype if problem.dtype in HALF else problem.family["precision"]
+            return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
+                                what=f"{precision} results")
+        if case.what == "exact rows":
+            return compare_exact(C[error_rows(problem.shape)], case.expected, what="rows of C")
+        if case.expected is not None:
+            return compare_exact(C, case.expected)
+        A, B = case.inputs64
+        M, N, _ = problem.shape
+        for _ in range(3):
+            v = rng.integers(-1000, 1001, size=(N, 1)).astype(np.float64)
+            problem_text = compare_exact(C @ v, A @ (B @ v), what="C @ v (Freivalds' test)")
+            if problem_text:
+                return problem_text
+        rows, cols = rng.integers(0, M, size=32), rng.integers(0, N, size=16)
+        return compare_exact(C[np.ix_(rows, cols)], A[rows] @ B[:, cols], what="sampled elements")
+
+    def result_error(self, problem, inputs, result) -> float:
+        """Relative (Frobenius) error of ``error_rows`` of C against the float64 product of the same operands."""
+        rows = error_rows(problem.shape)
+        A, B = (np.asarray(a, np.float64) for a in inputs)
+        return relative_error(np.asarray(result, np.float64)[rows], A[rows] @ B)
+
+    # -- search -------------------------------------------------------------------------------------
+    def seeds(self):
+        return [("seed naive", {"strategy": "naive"}), ("seed shared16", {"strategy": "shared16"})]
+
+    def default_params(self, problem) -> dict[str, Any]:
+        """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
+        at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
+        (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
+        params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
+        if problem.family["precision"] != "ieee":
+            params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
+        if problem.dtype in HALF:
+            params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
+                          VEC=4, ASYNC_STAGES=3)
+        if max(problem.shape[:2]) < 1024:
+            params.update(BM=64, BN=64, BK=16, TM=4, TN=4)
+        return params
+
+    def problem_starts(self, start, problem, device, space) -> list[dict[str, Any]]:
+        """A tiled starting configuration in the forms that fit this problem, best fit first: the split of K
+        that fills the GPU, and clamped edges where M or N is no multiple of the tile.
+
+        A start written for big squares leaves most SMs idle on a skinny or small problem (128x128 tiles of
+        8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, among them) that reach
+        90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
+        as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
+        tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
+        tried with ``EDGE: clamp`` first: the 1024^3 winner took 0.063 ms on 1000^3 clamped and 0.082 ms not on
+        the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped."""
+        if not is_tiled(start):
+            return []
+        M, N, _ = problem.shape
+        given = start.get("SPLIT_K", 1)
+        splits = [given] if given > 1 else \
+            _filling_splits(start, problem.shape, device.sm_count, space.params["SPLIT_K"].values) + [1]
+        forms: list[dict[str, Any]] = []
+        for split in dict.fromkeys(splits):
+            if split == 1:
+                forms.append(dict(start))
+            else:
+                forms += [{**start, "SPLIT_K": split, "SPLIT_ADD": add} for add in ("atomic", "vector", "last_block")]
+        if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
+            forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
+        return forms
+
+    # -- optional -----------------------------------------------------------------------------------
+    def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
+        """cuBLAS through CuPy and PyTorch in IEEE fp32 (TF32 off), the accuracy of "ieee" and "3xtf32"; for "tf32",
+        PyTorch's with TF32 on (CuPy's is set by an environment variable read once, so it is left out); for
+        bfloat16, PyTorch's alone (its tensors made from the operands' bits)."""
+        found = {}
+        tf32 = problem.family["precision"] == "tf32"
+        bf16 = problem.dtype == "bfloat16"
+        try:
+            import cupy
+
+            if not (tf32 or bf16):
+                A, B = (cupy.asarray(a) for a in inputs)
+                found["cuBLAS (cupy)"] = lambda: A @ B
+        except ImportError:
+            pass
+        try:
+            import torch
+
+            if bf16:  # PyTorch imports no bfloat16 array interface: the operands' bits, as int16
+                tA, tB = (torch.as_tensor(retyped(a, np.dtype(np.int16)), device="cuda").view(torch.bfloat16)
+                          for a in inputs)
+            else:
+                tA, tB = (torch.as_tensor(a, device="cuda") for a in inputs)
+
+            def torch_matmul():
+                torch.backends.cuda.matmul.allow_tf32 = tf32
+                return tA @ tB
+
+            found["cuBLAS TF32 (torch)" if tf32 else "cuBLAS (torch)"] = torch_matmul
+        except ImportError:
+            pass
+        return found
+
+    def selftest_cases(self, small: bool):
+        shapes = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9), (257, 263, 129), (1000, 1000, 1000)]
+        return [(dtype, {"layout": layout}, shapes[1:4] if small else shapes)
+                for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
+
+    def selftest_extras(self) -> list[dict[str, Any]]:
+        """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
+        kernels, and the TMA-fed wgmma ones, which the random draws of a covering sample (rejection sampling over
+        every parameter) practically never reach."""
+        tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
+        return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1}]
+
+    def bench_name(self, problem) -> str:
+        layout, precision, out = (problem.family[a] for a in ("layout", "precision", "out_dtype"))
+        return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
+            ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
+            ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")
+
+
+def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
+    """The smallest K splits (1 included) that give 90% of one and of two waves of blocks, each split keeping two
+    K tiles.
+
+    A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
+    barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3 on the H100, where
+    whole waves would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles
+    of 2048^3, 128 blocks, won unsplit on the H100). For their tiles, this rule proposes the split of 16 of the 17
+    split-K entries in the H100 and H200 databases (none of which splits 8), and 1 for all 20 unsplit ones."""
+    M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"])
+    found: list[int] = []
+    for waves in (0.9, 1.8):
+        split = next((s for s in splits if blocks * s >= waves * sm_count), None)
+        if split and (split == 1 or K >= 2 * start["BK"] * split) and split not in found:
+            found.append(split)
+    return found
+
+
+
+
+family = MatmulFamily()

@@ -1,0 +1,307 @@
+"""Calling a matmul variant: argument checks, launch configuration, split-K workspaces, plans.
+
+A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
+SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
+belong to the kernel object and are kept per stream (see autotune/runtime/streams.py), so calls on different streams
+never share them. So are the TF32-rounded copies of A and B that a variant reading rounded copies multiplies
+((M + N) x K floats; see autotune/families/matmul/tf32_copies.py): each call first writes them, then the wgmma kernel
+reads them.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from ...core.device import gpu_required
+from ...core.dtypes import kernel_view, storage
+from ...core.family import Kernel
+from ...runtime import arrays, result_pool
+from ...runtime.launch import Plan, Planned, configure, zero
+from ...runtime.streams import DEFAULT, as_stream, follow, stream_key
+from .config import (
+    accumulator_dtype,
+    dynamic_shared_bytes,
+    is_tma,
+    is_wgmma,
+    kernel_args,
+    matmul_threads,
+    reads_rounded_copies,
+    split_add,
+)
+
+INT32_MAX = 2**31 - 1
+KEPT_TENSOR_MAPS = 64  # per kernel object: the maps of this many operand pairs are kept
+WGMMA_VECTOR_BYTES = 16  # wgmma variants copy A and B, and store C, in 16-byte pieces
+
+
+def index_type(params: Mapping[str, Any]) -> str:
+    return "int32" if params.get("INDEX_BITS") == 32 else "int64"
+
+
+def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
+    arr, it = f"{storage(dtype)}[::1]", index_type(params)
+    types = {"A": arr, "B": arr, "C": f"{storage(out_dtype or dtype)}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
+             "counters": "int32[::1]", "maps": "uint8[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
+    return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
+
+
+class MatmulKernel(Planned, Kernel):
+    """A compiled matmul variant. ``k(A, B)`` or ``k(A, B, out=C)``; see the module docstring for layouts.
+
+    With device arrays a call after the first replays a prepared plan (see launch.py): into ``out=``, or onto a
+    new output; ``k.bind(A, B, out=C)`` returns the plan to call directly.
+    """
+
+    def __init__(self, family, module, params: Mapping[str, Any], dtype: str, args: Mapping[str, Any], source: str,
+                 simulator: bool):
+        super().__init__(family, module, params, dtype, args, source, simulator)
+        self.layout = args["layout"]
+        self.out_dtype = args.get("out_dtype") or dtype
+        self.entry = module.matmul
+        self.arg_names = kernel_args(params)
+        self._launches: dict[tuple[int, int, int], tuple] = {}
+        self._copies: dict[tuple, tuple] = {}
+        self._aligned: dict[tuple, Any] = {}
+        self._maps: dict[tuple, Any] = {}
+        self._int = np.int32 if index_type(params) == "int32" else np.int64
+        self._stand_ins = None
+        self._vecs = self._vectors()
+
+    def __repr__(self) -> str:
+        return f"<MatmulKernel {self.dtype} layout={self.layout} {self.params}>"
+
+    @property
+    def signature(self) -> str:
+        return signature(self.params, self.dtype, self.out_dtype)
+
+    def _operand(self, x, name: str, transposed: bool):
+        d = arrays.to_device(x, name)
+        arrays.check_dtype(d, name, self.dtype, self.family.dtypes)
+        if d.ndim != 2:
+            raise ValueError(f"{name} must be 2-D, got shape {tuple(d.shape)}")
+        if transposed:
+            if not arrays.is_f_contiguous(d):
+                raise ValueError(f"layout {self.layout!r} wants {name} as the transpose of a C-contiguous array "
+                                 f"(pass X.T of a NumPy or CuPy array; a Numba device array's .T is a transposed "
+                                 f"copy, so pass X.ravel().reshape(X.shape[::-1], order='F')); got strides "
+                                 f"{d.strides}")
+            return d, arrays.flat(d, order="F"), d.shape[0]
+        if not arrays.is_c_contiguous(d):
+            hint = " (it is a transposed view: build with a 't' layout)" if arrays.is_f_contiguous(d) else ""
+            raise ValueError(f"{name} must be C-contiguous for layout {self.layout!r}{hint}")
+        return d, arrays.flat(d), d.shape[1]
+
+    def _vectors(self) -> tuple[int, int, int]:
+        """Elements per vector of A, B and C: VEC, or per 16-byte piece in a wgmma variant."""
+        if is_wgmma(self.params):
+            return tuple(WGMMA_VECTOR_BYTES // np.dtype(t).itemsize for t in (self.dtype, self.dtype, self.out_dtype))
+        return (self.params.get("VEC", 1),) * 3
+
+    def _launch_config(self, M: int, N: int, K: int, stream):
+        """The launch configuration, K chunk and workspace of calls of this shape on this stream."""
+        key = (M, N, K, stream_key(stream))
+        if key not in self._launches:
+            p = self.params
+            if p["strategy"] == "naive":
+                grid, block, k_chunk = ((M + 15) // 16, (N + 15) // 16), (16, 16), K
+            elif p["strategy"] == "shared16":
+                grid, block, k_chunk = ((N + 15) // 16, (M + 15) // 16), (16, 16), K
+            else:
+                per_split = -(-K // p.get("SPLIT_K", 1))
+                k_chunk = -(-per_split // p["BK"]) * p["BK"]
+                blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
+            shared = dynamic_shared_bytes(p, self.dtype)
+            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
+                                   self._scratch(grid))
+        return self._launches[key]
+
+    def _scratch(self, grid) -> tuple:
+        """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block, kept per shape (the
+        counters are zeroed once here; the kernel resets them); for other variants, one-element stand-ins made
+        once per kernel."""
+        from numba import cuda
+
+        p = self.params
+        if split_add(p) == "last_block":
+            tiles, slices = grid
+            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=accumulator_dtype(self.dtype)),
+                    cuda.to_device(np.zeros(tiles, dtype=np.int32)))
+        if self._stand_ins is None:
+            self._stand_ins = (cuda.device_array(1, dtype=accumulator_dtype(self.dtype)),
+                               cuda.device_array(1, dtype=np.int32))
+        return self._stand_ins
+
+    def __call__(self, A, B, out=None, *, stream=None):
+        stream = as_stream(stream)
+        follow(stream, map(arrays.producer_stream, (A, B, out)))
+        if out is not None and (plan := self._plan_for((A, B), out, lambda: self.bind(A, B, out=out, stream=stream),
+                                                       stream)):
+            plan()
+            return out
+        if out is None:
+            if (C := self._replayed_new((A, B), stream)) is not None:
+                return C
+            C = self._run_new((A, B), self._prepare(A, B, out, stream), stream)
+            return arrays.device_to_host(C) if arrays.is_host(A) and arrays.is_host(B) else C
+        _, run = self._prepare(A, B, out, stream)
+        run()
+        return out
+
+    def bind(self, A, B, out=None, *, stream=None) -> Plan:
+        """The call ``k(A, B, out=out, stream=stream)`` checked once; calling the plan launches it again and
+        returns C."""
+        return self._plan(self._prepare(A, B, out, as_stream(stream)))
+
+    def _prepare(self, A, B, out, stream):
+        with gpu_required():
+            return self._prepare_checked(A, B, out, stream)
+
+    def _prepare_checked(self, A, B, out, stream):
+        dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
+        dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
+        (M, K), (K2, N) = dA.shape, dB.shape
+        if K != K2:
+            raise ValueError(f"shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align for A @ B (K {K} != {K2})")
+        if min(M, N, K) == 0:
+            raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
+        C = self._output(out, M, N, stream)
+        target = self._scratch_for(C, dA, dB, stream=stream)
+        c_flat = arrays.flat(target)
+        return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb, stream),
+                                     stream)
+
+    def _output(self, out, M: int, N: int, stream):
+        if out is None:
+            return result_pool.empty((M, N), self.out_dtype, "C", stream)
+        if arrays.is_host(out):
+            raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+        C = arrays.to_device(out, "out")
+        arrays.check_dtype(C, "out", self.out_dtype, self.family.dtypes)
+        if tuple(C.shape) != (M, N) or not arrays.is_c_contiguous(C):
+            raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
+        return C
+
+    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int, stream=DEFAULT) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
+        p = self.params
+        a_flat, b_flat, c_flat = kernel_view(a_flat), kernel_view(b_flat), kernel_view(c_flat)
+        if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
+            raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
+                             "use INDEX_BITS=64")
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
+        if reads_rounded_copies(p):
+            a_flat, b_flat, lda, ldb = self._rounded_copies(a_flat, b_flat, M, N, K, lda, ldb, stream)
+        maps = None
+        if is_tma(p):
+            if not reads_rounded_copies(p):  # the copies' rows are aligned
+                (a_flat, lda), (b_flat, ldb) = (self._tma_readable(x, rows, cols, ld, name, stream)
+                                                for x, (rows, cols, _), ld, name
+                                                in zip((a_flat, b_flat), self._read_as(M, N, K), (lda, ldb), "AB"))
+            maps = self._tensor_maps(a_flat, b_flat, M, N, K, lda, ldb)
+        vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
+                               for x, ld, vec in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs))
+        if split_add(p) in ("atomic", "vector"):  # the slices add into C
+            self._enqueue(*zero(self.module, c_flat, self.simulator, stream))
+        i = self._int
+        values = {"A": a_flat, "B": b_flat, "C": c_flat, "W": partials, "counters": counters, "M": i(M), "N": i(N),
+                  "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,
+                  "vec_b": vec_b, "vec_c": vec_c, "maps": maps}
+        self._enqueue(configured, *(values[name] for name in self.arg_names))
+
+    def _read_as(self, M: int, N: int, K: int) -> tuple[tuple[int, int, bool], tuple[int, int, bool]]:
+        """Rows, columns and K-majorness of A and B as the kernel reads them: as stored (A M x K, B K x N, each
+        transposed in a 't' layout), or the K-major rounded copies (M x K and N x K) of a variant reading them."""
+        if reads_rounded_copies(self.params):
+            return (M, K, True), (N, K, True)
+        a = (K, M, False) if self.layout[0] == "t" else (M, K, True)
+        b = (N, K, True) if self.layout[1] == "t" else (K, N, False)
+        return a, b
+
+    def _tma_readable(self, x, rows: int, cols: int, ld: int, name: str, stream) -> tuple[Any, int]:
+        """An operand as the TMA reads it: itself where its rows start 16-byte aligned, else a copy whose rows do
+        (aligned_rows; kept per shape, operand and stream), its launch enqueued; and its row stride."""
+        from . import aligned_rows as ar
+
+        if arrays.aligned(x, ar.ALIGNED_ELEMENTS) and ld % ar.ALIGNED_ELEMENTS == 0:
+            return x, ld
+        key = (name, rows, cols, stream_key(stream))
+        if key not in self._aligned:
+            from numba import cuda
+
+            configured = configure(ar.aligned_rows, -(-rows * cols // ar.THREADS), ar.THREADS, 0, self.simulator,
+                                   stream)
+            self._aligned[key] = configured, cuda.device_array(rows * ar.aligned_ld(cols), dtype=x.dtype)
+        configured, copy = self._aligned[key]
+        self._enqueue(configured, x, copy, np.int64(rows), np.int64(cols), np.int64(ld),
+                      np.int64(ar.aligned_ld(cols)))
+        return copy, ar.aligned_ld(cols)
+
+    def _tensor_maps(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int):
+        """The device array of A's and B's tensor maps (128 bytes each), boxes as the template copies them, rows of
+        128 bytes (the swizzle's span): a K-major operand in one box of BM (BN) rows, an M/N-major one in panels
+        of 64 rows. Kept per operand pair (a map holds only pointers, sizes and strides, so a kept one is right
+        for any later array at the same address); the simulator's kernel reads A and B instead."""
+        from numba import cuda
+
+        key = (arrays.device_pointer(a_flat), arrays.device_pointer(b_flat), M, N, K, lda, ldb)
+        if key in self._maps:
+            return self._maps[key]
+        if self.simulator:
+            maps = cuda.device_array(1, dtype=np.uint8)
+        else:
+            from ...kernels.tma import SWIZZLE_BYTES, tensor_map_bytes
+
+            size = a_flat.dtype.itemsize
+            wide = SWIZZLE_BYTES // size  # a box row: the swizzle's span
+            tiles = (self.params["BM"], self.params["BN"])
+            pieces = [tensor_map_bytes(arrays.device_pointer(flat), 8 * size, cols, rows, ld * size,
+                                       (wide, tile if k_major else wide))
+                      for flat, ld, (rows, cols, k_major), tile
+                      in zip((a_flat, b_flat), (lda, ldb), self._read_as(M, N, K), tiles)]
+            maps = cuda.to_device(np.frombuffer(b"".join(pieces), dtype=np.uint8))
+        if len(self._maps) >= KEPT_TENSOR_MAPS:
+            self._maps.pop(next(iter(self._maps)))
+        self._maps[key] = maps
+        return maps
+
+    def helper_kernels(self) -> list[tuple[Any, str]]:
+        """The copy kernels a variant launches first where it needs them: a variant reading rounded copies, those
+        of its layout; a TMA variant, the copy into aligned rows; none otherwise."""
+        if not reads_rounded_copies(self.params):
+            if not is_tma(self.params):
+                return []
+            from . import aligned_rows as ar
+
+            return [(ar.aligned_rows, ar.signature(storage(self.dtype)))]
+        from . import tf32_copies as tc
+
+        kernels = {tc.rounded_transpose if transposed else tc.rounded_rows
+                   for transposed in (self.layout[0] == "t", self.layout[1] == "n")}
+        return [(k, tc.SIGNATURES[k.__name__]) for k in sorted(kernels, key=lambda k: k.__name__)]
+
+    def _rounded_copies(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int, stream) -> tuple:
+        """Enqueues the launches that round A into an M x K copy and B into an N x K one (K-major both, rows
+        tf32_copies.rounded_ld(K) apart), kept per shape and stream; returns the copies and their row strides."""
+        from . import tf32_copies as tc
+
+        key = (M, N, K, stream_key(stream))
+        if key not in self._copies:
+            from numba import cuda
+
+            ld = tc.rounded_ld(K)
+            steps = []
+            for rows, transposed in ((M, self.layout[0] == "t"), (N, self.layout[1] == "n")):
+                kernel = tc.rounded_transpose if transposed else tc.rounded_rows
+                configured = configure(kernel, tc.grid(rows, K, transposed), (tc.TILE, tc.ROWS), 0, self.simulator,
+                                       stream)
+                steps.append((configured, cuda.device_array(rows * ld, dtype=np.float32), rows, transposed))
+            self._copies[key] = steps, ld
+        steps, ld = self._copies[key]
+        for (configured, copy, rows, transposed), source, ld_source in zip(steps, (a_flat, b_flat), (lda, ldb)):
+            args = [source, copy, np.int64(rows), np.int64(K), np.int64(ld_source), np.int64(ld)]
+            if not transposed:  # whether each row of the source is whole 16-byte pieces
+                args.append(bool(arrays.aligned(source, 4) and ld_source % 4 == 0))
+            self._enqueue(configured, *args)
+        return steps[0][1], steps[1][1], ld, ld

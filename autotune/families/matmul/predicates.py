@@ -1,0 +1,163 @@
+"""The matmul family's own constraint predicates, named in its search space (``constraints:``)."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...core.constraints import Predicate
+from ...core.dtypes import HALF
+from .config import accumulator_dtype, is_tma, is_wgmma, matmul_threads, split_add
+
+
+def _tile_loads_even(p, ctx):
+    n = matmul_threads(p) * p["VEC"]
+    for name, elems in (("A", p["BM"] * p["BK"]), ("B", p["BK"] * p["BN"])):
+        if elems % n:
+            return f"the {name} tile ({elems} elements) must split evenly over threads*VEC = {n}"
+    return None
+
+
+def _warp_grid_fits(p, ctx):
+    rows = p["WARP_ROWS"]
+    if rows and ((p["BM"] // p["TM"]) % rows or (p["BN"] // p["TN"]) % (32 // rows)):
+        return (f"WARP_ROWS={rows}: a warp's {rows} x {32 // rows} threads must tile the BM/TM x BN/TN = "
+                f"{p['BM'] // p['TM']} x {p['BN'] // p['TN']} thread grid")
+    return None
+
+
+def _accumulators_at_most(p, ctx, max):
+    if p["TM"] * p["TN"] > max:
+        return f"TM*TN = {p['TM'] * p['TN']} accumulators per thread exceeds {max}"
+    return None
+
+
+def _accumulator_bytes_at_most(p, ctx, max):
+    n = p["TM"] * p["TN"] * np.dtype(accumulator_dtype(ctx.dtype)).itemsize
+    if n > max:
+        return f"TM*TN = {p['TM'] * p['TN']} {ctx.dtype} accumulators are {n} bytes per thread, over {max}"
+    return None
+
+
+def _mma_fits(p, ctx):
+    if is_wgmma(p):
+        return None  # wgmma_fits
+    k = p["MMA"]
+    precision = ctx.family.get("precision", "ieee")
+    if ctx.dtype in HALF and k != 16:
+        return f"MMA={k}: tiled {ctx.dtype} runs on the tensor cores, mma.sync m16n8k16 (MMA=16)"
+    if ctx.dtype in HALF and p["TN"] % 4:
+        return (f"MMA=16: {ctx.dtype} needs TN={p['TN']} to be a multiple of 4 (one ldmatrix.x4 loads two n8 pieces "
+                f"of B)")
+    if not k:
+        if precision != "ieee":
+            return f"precision {precision} runs on the tensor cores: MMA must be 4 or 8, not 0"
+        return None
+    if ctx.dtype == "float32" and precision == "ieee":
+        return (f"MMA={k} on float32 needs precision tf32 or 3xtf32 (the TF32 tensor cores); ieee float32 runs on "
+                f"the CUDA cores")
+    if ctx.dtype == "float32" and k == 16:
+        return "MMA=16: TF32 has mma.sync m16n8k4 and m16n8k8 only"
+    if p["TM"] % 2 or p["TN"] % 2:
+        return f"MMA={k}: TM={p['TM']} and TN={p['TN']} must be even (a lane holds 2 x 2 results of each mma)"
+    if (p["BM"] // p["TM"]) % 8 or (p["BN"] // p["TN"]) % 4:
+        return (f"MMA={k}: a warp's 8 x 4 lanes must tile the BM/TM x BN/TN = {p['BM'] // p['TM']} x "
+                f"{p['BN'] // p['TN']} thread grid")
+    if p["UNROLL_K"] % k:
+        return f"MMA={k} must divide UNROLL_K={p['UNROLL_K']} (whole mma steps per unrolled trip)"
+    n, blocks = matmul_threads(p), max(p["MIN_BLOCKS"], 1)
+    tiles = 2 if precision == "3xtf32" else 1  # 3xtf32 sums each shared tile in a tile of its own
+    accumulators = tiles * p["TM"] * p["TN"]
+    words = np.dtype(accumulator_dtype(ctx.dtype)).itemsize // 4
+    registers, needed = min(255, 65536 // (n * blocks)), words * accumulators + 64
+    if registers < needed:
+        return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
+                f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
+                f"H200 such fp64 variants failed to compile or spilled and computed wrong results)")
+    return None
+
+
+def _wgmma_fits(p, ctx):
+    if not is_wgmma(p):
+        if p["BK"] == 64:
+            return ("BK=64 is the depth of the float16 wgmma kernel's tiles (WGMMA=1); the other variants take BK up "
+                    "to 32")
+        return None
+    if p["BM"] not in (64, 128, 256) or p["BN"] not in (64, 128, 256):
+        return (f"WGMMA=1 tiles are 64, 128 or 256 rows (a warpgroup per 64) by 64, 128 or 256 columns, not "
+                f"{p['BM']} x {p['BN']}")
+    if ctx.dtype in HALF:
+        return _wgmma_f16_fits(p, ctx)
+    precision = ctx.family.get("precision", "ieee")
+    if ctx.dtype != "float32" or precision == "ieee":
+        return (f"WGMMA=1 multiplies float16 or bfloat16 (MMA=16) or float32 at precision tf32 or 3xtf32 (MMA=8), "
+                f"not {ctx.dtype}"
+                + (" at precision ieee" if ctx.dtype == "float32" else ""))
+    if p["MMA"] != 8:
+        return f"WGMMA=1 on float32 issues wgmma m64nNk8 of TF32: MMA must be 8, not {p['MMA']}"
+    if p["BK"] != 32:
+        return (f"WGMMA=1 on float32 reads shared rows of 32 floats (128 bytes, the swizzle's span): BK must be 32, "
+                f"not {p['BK']}")
+    if p["ASYNC_STAGES"] or p.get("TMA"):
+        return _wgmma_copies_fit(p, precision)
+    if 4 * p["BN"] < p["BM"]:
+        return (f"WGMMA=1 on float32: BN={p['BN']} is too narrow for BM={p['BM']} (each thread loads whole 16-byte "
+                f"pieces of B)")
+    threads = matmul_threads(p)
+    accumulators = p["BN"] // 2 * (2 if precision == "3xtf32" else 1)
+    needed = accumulators + 16 * (3 if precision == "3xtf32" else 2) + p["BN"] * p["BK"] // threads + 24
+    if needed > min(255, 65536 // threads):
+        return (f"WGMMA=1 at {precision}: {threads} threads leave {min(255, 65536 // threads)} registers per thread, "
+                f"where {accumulators} accumulators, the A fragments and the loads need about {needed}")
+    return None
+
+
+def _wgmma_copies_fit(p, precision):
+    if precision != "tf32":
+        return ("WGMMA=1 at 3xtf32 splits its operands on their way through registers: ASYNC_STAGES must be 0 and "
+                "TMA 0 (the cp.async and TMA pipelines read operands rounded beforehand, precision tf32)")
+    return _async_wgmma_fits(p)
+
+
+def _async_wgmma_fits(p):
+    """The cp.async- or TMA-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers
+    (a consumer of the TMA's copies keeps the accumulators and little else)."""
+    if p["ASYNC_STAGES"] not in (3, 4):
+        return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
+                f"not {p['ASYNC_STAGES']}")
+    registers = 65536 // matmul_threads(p)
+    needed = p["BN"] // 2 + (32 if is_tma(p) else 64)
+    if needed > min(255, registers):
+        return (f"WGMMA=1: {matmul_threads(p)} threads leave {registers} registers per thread, where {p['BN'] // 2} "
+                f"accumulators and the {'addresses' if is_tma(p) else 'copies'} need about {needed}")
+    return None
+
+
+def _wgmma_f16_fits(p, ctx):
+    if p["MMA"] != 16:
+        return f"WGMMA=1 on {ctx.dtype} issues wgmma m64nNk16: MMA must be 16, not {p['MMA']}"
+    if p["BK"] != 64:
+        return f"WGMMA=1 reads shared rows of 64 halves (128 bytes, the swizzle's span): BK must be 64, not {p['BK']}"
+    return _async_wgmma_fits(p)
+
+
+def _split_add_fits(p, ctx):
+    if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
+        return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
+    if p["SPLIT_ADD"] != "vector":
+        return None
+    if ctx.dtype != "float32":
+        return f"SPLIT_ADD=vector: red.global.add has vectors of float32 only, not {ctx.dtype}"
+    if p["VEC"] == 1 or p["TN"] % 2:
+        return f"SPLIT_ADD=vector needs a thread's columns in vectors (VEC={p['VEC']}, TN={p['TN']})"
+    return None
+
+
+PREDICATES = {
+    "tile_loads_even": Predicate(_tile_loads_even, frozenset({"BM", "BN", "BK", "TM", "TN", "VEC"})),
+    "warp_grid_fits": Predicate(_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
+    "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
+    "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
+    "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
+    "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
+    "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
+                                                "ASYNC_STAGES"})),
+}

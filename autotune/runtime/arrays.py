@@ -1,0 +1,169 @@
+"""Accept the user's arrays: NumPy (copied to the GPU), Numba device arrays, and anything exposing the CUDA
+Array Interface (CuPy arrays, PyTorch CUDA tensors; PyTorch's bfloat16 tensors through their bits, see
+autotune/core/dtypes.py)."""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from numba import cuda
+
+from ..core.dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, retyped, torch_bits
+
+
+def is_host(x: Any) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def host_to_device(x: np.ndarray):
+    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer)."""
+    if x.dtype == BFLOAT16:
+        return retyped(cuda.to_device(x.view(np.uint16)), BFLOAT16)
+    return cuda.to_device(x)
+
+
+def device_to_host(d) -> np.ndarray:
+    """``d.copy_to_host()`` of a Numba device array; a bfloat16 one travels as its bits."""
+    if d.dtype == BFLOAT16:
+        return kernel_view(d).copy_to_host().view(BFLOAT16)
+    return d.copy_to_host()
+
+
+def to_host(x: Any) -> np.ndarray:
+    """A copy on the host of any array accepted here: Numba (.copy_to_host()), CuPy (.get()), PyTorch (.cpu())
+    or NumPy."""
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return device_to_host(x)
+    if is_torch_bfloat16(x):
+        return torch_bits(x).cpu().numpy().view(BFLOAT16)
+    for method in ("copy_to_host", "get"):
+        if hasattr(x, method):
+            return np.asarray(getattr(x, method)())
+    if hasattr(x, "cpu"):
+        return x.cpu().numpy()
+    return np.asarray(x)
+
+
+def to_device(x: Any, name: str):
+    """A Numba device array viewing ``x``, or for a NumPy array a copy of it on the GPU in the same layout.
+
+    NumPy and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
+    matmul built with a transposed layout, F-contiguous) and names the copy to make otherwise; nothing is
+    copied into another layout behind the caller's back."""
+    if isinstance(x, np.ndarray):
+        if not (x.flags.c_contiguous or x.flags.f_contiguous):
+            raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
+        return host_to_device(x)
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return x
+    if is_torch_bfloat16(x):
+        return retyped(cuda.as_cuda_array(torch_bits(x), sync=False), BFLOAT16)
+    if hasattr(x, "__cuda_array_interface__"):
+        return cuda.as_cuda_array(x, sync=False)  # ordered on the GPU instead: see producer_stream
+    raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
+                    f"tensor); got {type(x).__name__}")
+
+
+def producer_stream(x: Any) -> int | None:
+    """The stream a CUDA Array Interface array says its data are written on (its ``stream`` entry: 1 is the legacy
+    default stream, 2 the per-thread one, else a handle), None where it names none.
+
+    Arrays are imported without Numba's host synchronisation on that stream (which blocks the caller until the
+    GPU is idle on it, and for a kernel queued behind a long producer costs the whole overlap); a caller that
+    launches on another stream makes that stream wait for this one on the GPU (``streams.follow``)."""
+    return stream_of(interface(x))
+
+
+def interface(x: Any) -> dict | None:
+    """The CUDA Array Interface dict of ``x``, None where it has none; a PyTorch bfloat16 tensor's is its int16
+    view's with the typestr "bfloat16" (PyTorch exports none for bfloat16)."""
+    if is_torch_bfloat16(x):
+        return dict(torch_bits(x).__cuda_array_interface__, typestr="bfloat16")
+    return getattr(x, "__cuda_array_interface__", None)
+
+
+def stream_of(interface: dict | None) -> int | None:
+    """The ``stream`` entry of a CUDA Array Interface dict (None for no dict or no entry)."""
+    return None if interface is None else interface.get("stream")
+
+
+def check_dtype(d, name: str, dtype: str, supported: tuple[str, ...] = ()) -> None:
+    """TypeError unless ``d`` has ``dtype``; the advice names another dtype only where one is supported."""
+    got = np.dtype(d.dtype).name
+    if got != np.dtype(dtype).name:
+        advice = (f"convert the input, or build the kernel with dtype={got!r}" if got in supported
+                  else f"convert the input to {' or '.join(supported) if supported else dtype}")
+        raise TypeError(f"{name} has dtype {got}; this kernel was built for {dtype} ({advice})")
+
+
+def device_pointer(d) -> int:
+    numba_pointer = getattr(d, "device_ctypes_pointer", None)  # a Numba array's, without building its interface
+    if numba_pointer is not None:
+        return numba_pointer.value or 0
+    interface = getattr(d, "__cuda_array_interface__", None) or d.__array_interface__  # the latter: simulator
+    return interface["data"][0]
+
+
+def is_c_contiguous(d) -> bool:
+    return d.size <= 1 or d.is_c_contiguous()
+
+
+def is_f_contiguous(d) -> bool:
+    return d.size <= 1 or d.is_f_contiguous()
+
+
+def flat(d, order: str = "C"):
+    """A 1-D view of a C-contiguous (``order="C"``) or F-contiguous (``"F"``) device array: its elements in memory
+    order, never a copy (a device array's ``.T`` is a transposing copy by Numba's own kernel, not a view)."""
+    return d.reshape(d.size, order=order)
+
+
+def aligned(d, width: int) -> bool:
+    return device_pointer(d) % (width * np.dtype(d.dtype).itemsize) == 0
+
+
+def plan_key(*xs: Any) -> tuple | None:
+    """What identifies a call's device arrays (pointer, shape, strides, dtype of each; None entries allowed);
+    None when one is a host array or not an array at all."""
+    return interfaces_key([None if x is None else interface(x) or False for x in xs])
+
+
+def interfaces_key(interfaces: list) -> tuple | None:
+    """``plan_key`` from the arrays' CUDA Array Interface dicts (None: no array given; False: not a device
+    array)."""
+    key = []
+    for interface in interfaces:
+        if interface is None:
+            key.append(None)
+            continue
+        if not interface:
+            return None
+        key.append((interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"]))
+    return tuple(key)
+
+
+def byte_range(x) -> tuple[int, int]:
+    """The device bytes [first, end) an array's elements occupy (empty for a zero-size array)."""
+    found = interface(x) or x.__array_interface__
+    shape, strides = tuple(found["shape"]), found.get("strides")
+    itemsize = np.dtype(found["typestr"]).itemsize
+    start = found["data"][0]
+    if 0 in shape:
+        return start, start
+    if strides is None:
+        return start, start + itemsize * int(np.prod(shape))
+    low = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)
+    high = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    return start + low, start + high + itemsize
+
+
+def overlaps(out, *inputs) -> bool:
+    """Whether ``out`` shares any byte with one of ``inputs`` (None entries ignored): then a kernel that writes
+    ``out`` while it reads them would read its own results, so the call computes into scratch first."""
+    first, end = byte_range(out)
+    for x in inputs:
+        if x is not None:
+            a, b = byte_range(x)
+            if a < end and first < b:
+                return True
+    return False

@@ -1,0 +1,59 @@
+"""From a configuration to a callable kernel: validate -> render -> load (compile on first launch).
+
+This is the one path every kernel takes, whether the user asks for a configuration, the tuner samples it
+or the database supplies it.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping
+
+from ..core import backend
+from ..core.problem import dtype_name
+from ..core.registry import family as family_named
+from ..core.space import load_space
+from .compiler import load_source
+from .render import render
+
+_cache: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+
+def family_args(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
+    """The family's arguments, validated and completed (ValueError naming the family otherwise)."""
+    try:
+        return family_named(kind).family_args(**args)
+    except TypeError as exc:
+        raise ValueError(f"{kind}: {exc}") from None
+
+
+def render_source(kind: str, params: Mapping[str, Any], dtype: str = "float32", *, simulator: bool | None = None,
+                  space=None, **args) -> tuple[dict[str, Any], dict[str, Any], str]:
+    """Validated parameters, family arguments and the rendered source."""
+    impl = family_named(kind)
+    family = family_args(kind, args)
+    space = space or load_space(kind)
+    checked = space.validate(params, dtype=dtype_name(dtype), family=family)
+    sim = backend.simulator() if simulator is None else simulator
+    context = impl.template_context(checked, dtype_name(dtype), family, sim)
+    return checked, family, render(impl, impl.template(checked), context)
+
+
+def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", *, space=None,
+                 **family_args):
+    """The callable kernel object for one configuration (validated against the kernel's search space).
+
+    ``build_kernel("matmul", {"BM": 128, ...})(A, B)``; ``build_kernel("reduce", {...}, op="max", axis=1)(x)``.
+    Missing parameters take the search space's defaults; ``space`` is a loaded ``SearchSpace`` to validate
+    against instead of the built-in one. Built kernels are cached in this process.
+    """
+    dtype = dtype_name(dtype)
+    simulator = backend.simulator()
+    checked, family, source = render_source(kind, params or {}, dtype, space=space, simulator=simulator,
+                                            **family_args)
+    key = (kind, dtype, tuple(sorted(family.items(), key=str)), source)
+    with _lock:
+        if key not in _cache:
+            module = load_source(source)
+            _cache[key] = family_named(kind).make_kernel(module, checked, dtype, family, source, simulator)
+        return _cache[key]

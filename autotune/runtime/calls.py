@@ -1,0 +1,216 @@
+"""Calling tuned kernels NumPy-style: what every NumPy-style function (``autotune.sum``, ``autotune.matmul``, a
+family's own) does around its kernel, public for family authors.
+
+- ``device_input``: an argument as a device array (NumPy copied, Numba, CuPy, PyTorch and DLPack read in place);
+  ``input_dtype``/``same_dtype`` check its dtype against the family's, ``order_of``/``c_base``/``layout_of``
+  read its layout (C-contiguous, or the transpose of a C-contiguous array).
+- ``tuned_kernel``: the family's kernel tuned for a problem, kept per problem and database folders for the
+  process (the lookup's warnings once per shape).
+- ``result_array``: ``out=`` checked, or a new array from the result pool on the call's stream;
+  ``returned`` gives NumPy's answer (NumPy in, NumPy out).
+- ``Replay``: repeated calls on the same device arrays replay the launches of the first call (see its
+  docstring); ``zero_fill`` and ``copy_into`` are the empty cases' answers.
+"""
+from __future__ import annotations
+
+import math
+import operator
+import threading
+from typing import Any
+
+import numpy as np
+
+from ..core.dtypes import kernel_view
+from . import arrays, result_pool, streams
+from .launch import Plan, Written
+from .streams import stream_key
+
+__all__ = ["Replay", "device_input", "input_dtype", "same_dtype", "order_of", "c_base", "layout_of", "tuned_kernel",
+           "result_array", "returned", "zero_fill", "copy_into", "normalize_axis", "collapse", "hashable"]
+
+MAX_REPLAYS = 256
+_kernels: dict[tuple, Any] = {}
+_replays: dict[tuple, tuple[Plan, Any]] = {}
+_lock = threading.Lock()
+
+
+class Replay:
+    """Repeated calls on the same device arrays (same pointers, shapes, strides, dtypes, arguments and stream)
+    replay the launches of the first call: no conversions, checks or lookups, only the launches (launch.Plan)
+    and, where an array names a producer stream other than the launch stream, the wait for it. With ``out=`` the
+    plan writes ``out`` again; without, each call gets a new array (callers keep their results) and the plan is
+    moved onto it (``Plan.moved``), where its launches allow that (not in the simulator)."""
+
+    def __init__(self, call: tuple, inputs: tuple, out, stream):
+        self.stream = stream
+        self.out = out
+        self.interfaces = [None if v is None else (arrays.interface(v) or False)
+                           for v in (*inputs, out)]
+        found = arrays.interfaces_key(self.interfaces)
+        self.key = None if found is None else (call, found, stream_key(stream))
+
+    def result(self):
+        """The call's output, replayed, if the call was kept (written as far as the stream goes); else None."""
+        kept = _replays.get(self.key) if self.key is not None else None
+        if kept is None:
+            return None
+        plan, written = kept
+        self.follow()
+        if self.out is not None:
+            plan()
+            return self.out
+        return written.replay(plan, self.stream)
+
+    def follow(self) -> None:
+        streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
+
+    def run(self, plan: Plan, result) -> None:
+        """Run the first call's plan, which writes ``result``, and keep it for the next (a plan for a new output
+        only where it can be moved)."""
+        plan()
+        if self.key is None:
+            return
+        if self.out is not None or plan.movable:
+            with _lock:
+                if len(_replays) >= MAX_REPLAYS:
+                    _replays.clear()
+                _replays[self.key] = (plan, None if self.out is not None else Written.of(result))
+
+
+def hashable(axis):
+    return tuple(axis) if isinstance(axis, list) else axis
+
+
+def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
+    """``axis`` (None, an int or a tuple of ints, negative counting from the end) as sorted non-negative axes;
+    NumPy's AxisError when one is out of range, ValueError for a repeated one."""
+    if axis is None:
+        return tuple(range(ndim))
+    given = axis if isinstance(axis, (tuple, list)) else (axis,)
+    try:
+        given = [operator.index(a) for a in given]
+    except TypeError:
+        raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}") from None
+    axes = []
+    for a in given:
+        if not -ndim <= a < ndim:
+            raise np.exceptions.AxisError(a, ndim)
+        axes.append(a % ndim)
+    if len(set(axes)) != len(axes):
+        raise ValueError(f"duplicate value in 'axis': {axis!r}")
+    return tuple(sorted(axes))
+
+
+def collapse(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, int]:
+    """(outer, R, inner): the extents before, of and after the reduced axes of a C-contiguous array, which must
+    be adjacent (then the array is an (outer, R, inner) array reduced along its middle, without a copy)."""
+    if not axes:
+        return math.prod(shape), 1, 1
+    if list(axes) != list(range(axes[0], axes[-1] + 1)):
+        raise ValueError(f"axes {axes} of a C-contiguous {len(shape)}-D array are not adjacent; autotune reduces "
+                         f"one axis or adjacent axes in one call: reduce in two calls (e.g. axis={axes[-1]}, then "
+                         f"axis={axes[0]})")
+    return (math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:]))
+
+
+def tuned_kernel(kind: str, shape: tuple[int, ...], dtype: str, **args):
+    """The tuned kernel for this problem, kept per problem and database folders for the process (the lookup's
+    warnings once; a changed ``$AUTOTUNE_DB`` is read)."""
+    from .lookup import get_best_kernel, lookup_folders
+
+    key = (kind, shape, dtype, tuple(sorted(args.items(), key=str)), tuple(map(str, lookup_folders())))
+    kernel = _kernels.get(key)
+    if kernel is None:
+
+        with _lock:
+            kernel = _kernels.get(key)
+            if kernel is None:
+                kernel = _kernels[key] = get_best_kernel(kind, shape, dtype, **args)
+    return kernel
+
+
+def device_input(x, name: str):
+    return arrays.to_device(x, name)
+
+
+def input_dtype(kind: str, op: str, d) -> str:
+    """The dtype of ``d``'s elements, one the family ``kind`` computes in (TypeError naming those otherwise)."""
+    from ..core.registry import family
+
+    name, supported = np.dtype(d.dtype).name, family(kind).dtypes
+    if name not in supported:
+        raise TypeError(f"{op}: autotune's {kind} takes {', '.join(supported)} arrays; got {name} (convert it, "
+                        f"e.g. x.astype(np.{supported[0]}))")
+    return name
+
+
+def same_dtype(kind: str, op: str, a, b) -> str:
+    name = input_dtype(kind, op, a)
+    if np.dtype(b.dtype).name != name:
+        raise TypeError(f"{op}: operands differ in dtype ({name} and {np.dtype(b.dtype).name}); autotune does not "
+                        f"promote: convert one")
+    return name
+
+
+def order_of(d, name: str) -> str:
+    if arrays.is_c_contiguous(d):
+        return "C"
+    if arrays.is_f_contiguous(d):
+        return "F"
+    raise ValueError(f"{name} is a strided view (shape {tuple(d.shape)}, strides {tuple(d.strides)}); autotune "
+                     f"reads C- or F-contiguous arrays: copy it first (np.ascontiguousarray, cupy.ascontiguousarray, "
+                     f"tensor.contiguous())")
+
+
+def c_base(d):
+    """The C-contiguous array of reversed shape whose transpose the F-contiguous ``d`` is (a view)."""
+    return arrays.flat(d, order="F").reshape(tuple(d.shape)[::-1])
+
+
+def layout_of(d, name: str) -> str:
+    """'n' for a C-contiguous matrix, 't' for the transpose of one."""
+    return "n" if order_of(d, name) == "C" else "t"
+
+
+def result_array(out, shape: tuple[int, ...], dtype: str, order: str, stream):
+    """``out`` checked (a device array of the result's shape, dtype and layout), or a new device array for work
+    on ``stream``."""
+    if out is None:
+        return result_pool.empty(shape, dtype, order, stream)
+    if arrays.is_host(out):
+        raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
+    d = arrays.to_device(out, "out")
+    if tuple(d.shape) != shape or np.dtype(d.dtype).name != dtype:
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {tuple(d.shape)} and "
+                         f"{np.dtype(d.dtype).name}")
+    contiguous = arrays.is_c_contiguous(d) if order == "C" else arrays.is_f_contiguous(d)
+    if not contiguous:
+        what = "C-contiguous" if order == "C" else "F-contiguous (the input is a transposed view)"
+        raise ValueError(f"out must be {what}")
+    return d
+
+
+def zero_fill(d, stream) -> None:
+    """d = 0 (all bits zero: +0.0 in every float dtype), copied as bits where d is bfloat16."""
+    from numba import cuda
+
+    if d.size:
+        flat = kernel_view(arrays.flat(d, order="C" if arrays.is_c_contiguous(d) else "F"))
+        flat.copy_to_device(cuda.to_device(np.zeros(flat.size, dtype=flat.dtype), stream=stream), stream=stream)
+
+
+def copy_into(result, d, stream) -> None:
+    """``result[...] = d`` for a reduction over no axis (same shape and layout)."""
+    order = "C" if arrays.is_c_contiguous(d) else "F"
+    if d.size:
+        kernel_view(arrays.flat(result, order=order)).copy_to_device(kernel_view(arrays.flat(d, order=order)),
+                                                                     stream=stream)
+
+
+def returned(result, host: bool, out=None, scalar: bool = False):
+    """NumPy's answer: for NumPy inputs a NumPy array (a scalar where NumPy gives one); for device inputs ``out``
+    itself where given, else the new device array."""
+    if not host:
+        return out if out is not None else result
+    value = arrays.device_to_host(result)
+    return value[()] if scalar else value

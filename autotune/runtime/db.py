@@ -1,0 +1,432 @@
+"""The tuned database: one YAML file per GPU model in a folder that users commit (``tuned_db/``).
+
+Loading is safe and strict: the file is read bounded (``yamlfile.py``), and every entry is checked, field by
+field, against the schema and its family's search space before anything is rendered; one check serves every
+command, so what ``autotune db check`` accepts, ``show``, ``merge`` and lookups handle. A bad entry is reported
+with the file, the entry and the field, and the rest of the file still loads. An entry whose problem appears
+earlier in the same file is a duplicate: the first is used, the later ones are reported. Entries of a family not
+registered in this process are kept as they are (never dropped by a write) and left unused.
+
+Writing loses nothing: an exclusive lock beside the file serialises writers, the new file is written to a
+temporary file and renamed over the old one (keeping its permissions), and merging replaces an entry only with a
+faster measurement of the same key (or when forced). A file with bad or duplicate entries is not rewritten until
+they are fixed.
+"""
+from __future__ import annotations
+
+import contextlib
+import datetime
+import fcntl
+import math
+import os
+import stat
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator, Mapping
+
+from ..core.device import device_slug
+from ..core.problem import Problem
+from ..core.registry import FamilyError, is_known
+from ..core.registry import family as family_named
+from ..core.space import load_space
+from ..core.timing import Timing
+from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
+
+SCHEMA = 1
+STANDARD_FIELDS = ("kernel", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
+                   "template_hash", "trials", "date", "resources")
+REQUIRED = ("kernel", "dtype", "shape", "params", "time")
+MAX_MS = 1e9  # a time beyond 11 days is no measurement
+MAX_NUMBER = 1e15
+
+
+class DatabaseError(ValueError):
+    """A database file or entry is malformed; the message names the file, the entry and the field."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    problem: Problem
+    params: dict[str, Any]
+    record: dict[str, Any]
+
+    @property
+    def median_ms(self) -> float:
+        return float(self.record["time"]["median_ms"])
+
+    @property
+    def timing(self) -> Timing:
+        time = self.record["time"]
+        return Timing(median_ms=float(time["median_ms"]), p20_ms=float(time["p20_ms"]),
+                      p80_ms=float(time["p80_ms"]), reps=int(time["reps"]))
+
+
+@dataclass
+class DbFile:
+    path: Path
+    device: dict[str, Any]
+    entries: list[Entry]
+    problems: list[str]
+    #: entries of families not registered in this process: kept verbatim, not used
+    foreign: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def foreign_families(self) -> list[str]:
+        return sorted({str(raw.get("kernel")) for raw in self.foreign})
+
+
+def db_dir(path: str | os.PathLike | None = None) -> Path:
+    """Your database folder, where tuning runs write: the argument, else $AUTOTUNE_DB, else ./tuned_db."""
+    return Path(path or os.environ.get("AUTOTUNE_DB") or "tuned_db")
+
+
+def db_path(folder: Path, device_name: str) -> Path:
+    return folder / f"{device_slug(device_name)}.yaml"
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def load_file(path: Path, *, strict: bool = False) -> DbFile:
+    """Entries of one file; bad entries are skipped and described in ``problems`` (raised when strict).
+    DatabaseError when the file as a whole cannot be used."""
+    where = str(path)
+    try:
+        data = read_yaml(path)
+    except YamlFileError as exc:
+        raise DatabaseError(f"{where}: cannot read: {str(exc).removeprefix(where + ': ')}") from None
+    if not isinstance(data, dict):
+        raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
+    if data.get("schema") != SCHEMA:
+        raise DatabaseError(f"{where}: field 'schema' is {data.get('schema')!r}; this autotune reads schema {SCHEMA}")
+    extra = sorted(str(k) for k in data if k not in ("schema", "device", "entries"))
+    if extra:
+        raise DatabaseError(f"{where}: unknown field {extra[0]!r} (a file has schema, device, entries)")
+    try:
+        device = _device(data.get("device"))
+    except DatabaseError as exc:
+        raise DatabaseError(f"{where}: {exc}") from None
+    entries = data.get("entries") or []
+    if not isinstance(entries, list):
+        raise DatabaseError(f"{where}: field 'entries' must be a list")
+    good, problems, foreign, first = [], [], [], {}
+    for i, raw in enumerate(entries):
+        label = f"{where}: entry #{i + 1}{_entry_label(raw)}"
+        if isinstance(raw, dict) and isinstance(raw.get("kernel"), str) and not is_known(raw["kernel"]):
+            foreign.append(raw)
+            continue
+        try:
+            entry = parse_entry(raw)
+        except DatabaseError as exc:
+            message = f"{label}: {exc}"
+        else:
+            key = entry.problem.key
+            if key not in first:
+                first[key] = i + 1
+                good.append(entry)
+                continue
+            message = (f"{label}: a second entry for {key} (entry #{first[key]} is the one used); remove one of "
+                       f"them")
+        if strict:
+            raise DatabaseError(message)
+        problems.append(message)
+    return DbFile(path=path, device=device, entries=good, problems=problems, foreign=foreign)
+
+
+def _entry_label(raw: Any) -> str:
+    if isinstance(raw, dict):
+        bits = [str(raw.get(k)) for k in ("kernel", "dtype", "op", "layout") if isinstance(raw.get(k), (str, int))]
+        if isinstance(raw.get("shape"), list) and len(raw["shape"]) <= 8:
+            bits.append("x".join(map(str, raw["shape"]))[:80])
+        return f" ({' '.join(bits)[:160]})" if bits else ""
+    return ""
+
+
+def _device(value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
+        raise DatabaseError("field 'device' must be a mapping with a 'name'")
+    if "cc" in value and not isinstance(value["cc"], (str, float, int)):
+        raise DatabaseError("field 'device': 'cc' must be a compute capability such as '9.0'")
+    if "sm_count" in value and not _count(value["sm_count"]):
+        raise DatabaseError("field 'device': 'sm_count' must be a non-negative integer")
+    return value
+
+
+def parse_entry(raw: Any) -> Entry:
+    """One entry checked against the schema and its search space; DatabaseError names the field. Every field
+    another command reads is checked here, so what passes is safe to show, merge and use."""
+    if not isinstance(raw, dict):
+        raise DatabaseError("an entry must be a mapping")
+    kernel = raw.get("kernel")
+    if not isinstance(kernel, str):
+        raise DatabaseError(f"field 'kernel' must name a kernel family, got {_short(kernel)}")
+    try:
+        impl = family_named(kernel)
+    except FamilyError as exc:
+        raise DatabaseError(f"field 'kernel': {exc}") from None
+    arg_names = [a.name for a in impl.args]
+    unknown = sorted(str(k) for k in raw if k not in STANDARD_FIELDS and k not in arg_names)
+    if unknown:
+        raise DatabaseError(f"unknown field {unknown[0]!r}")
+    for name in REQUIRED:
+        if name not in raw:
+            raise DatabaseError(f"field {name!r} is missing")
+    dtype = raw["dtype"]
+    if dtype not in impl.dtypes:
+        raise DatabaseError(f"field 'dtype' is {_short(dtype)}; allowed: {', '.join(impl.dtypes)}")
+    shape = raw["shape"]
+    if not isinstance(shape, list) or not shape or len(shape) > 8 or \
+            not all(type(d) is int and 1 <= d <= 2**48 for d in shape):
+        raise DatabaseError(f"field 'shape' must be a list of positive integers, got {_short(shape)}")
+    args = {}
+    for arg in impl.args:
+        try:
+            args[arg.name] = arg.parse(raw.get(arg.name, arg.text(arg.default)))
+        except ValueError as exc:
+            raise DatabaseError(f"field {arg.name}: {exc}") from None
+    try:
+        problem = Problem(kernel, tuple(shape), dtype, args)
+    except ValueError as exc:
+        raise DatabaseError(f"field 'shape': {exc}") from None
+    params = raw["params"]
+    if not isinstance(params, dict):
+        raise DatabaseError("field 'params' must be a mapping of parameter names to values")
+    try:
+        # Parameters added to the templates after the entry was written take their defaults, which by the rule
+        # of the search spaces reproduce the kernel the entry measured.
+        checked = load_space(kernel).validate(params, dtype=dtype, family=problem.family)
+    except ValueError as exc:
+        raise DatabaseError(f"field 'params': {_short_text(exc)}") from None
+    _check_fields(raw)
+    return Entry(problem=problem, params=checked, record=dict(raw))
+
+
+def _check_fields(raw: Mapping[str, Any]) -> None:
+    """The optional fields, each of the type and range that the other commands rely on."""
+    _timing("time", raw["time"], required=True)
+    if "rate" in raw and not _number(raw["rate"]):
+        raise DatabaseError(f"field 'rate' must be a non-negative finite number, got {_short(raw['rate'])}")
+    for name in ("unit", "template_hash"):
+        if name in raw and not isinstance(raw[name], str):
+            raise DatabaseError(f"field {name!r} must be text, got {_short(raw[name])}")
+    if "trials" in raw and not _count(raw["trials"]):
+        raise DatabaseError(f"field 'trials' must be a non-negative integer, got {_short(raw['trials'])}")
+    if "date" in raw and not isinstance(raw["date"], (str, datetime.date)):
+        raise DatabaseError(f"field 'date' must be a date such as 2026-11-23, got {_short(raw['date'])}")
+    baseline = raw.get("baseline")
+    if baseline is not None:
+        if not isinstance(baseline, dict):
+            raise DatabaseError(f"field 'baseline' must be a mapping (the seed kernel's timing), got "
+                                f"{_short(baseline)}")
+        _timing("baseline", baseline, required=False)
+        if "params" in baseline and not isinstance(baseline["params"], dict):
+            raise DatabaseError("field 'baseline': 'params' must be a mapping")
+        if "rate" in baseline and not _number(baseline["rate"]):
+            raise DatabaseError("field 'baseline': 'rate' must be a non-negative finite number")
+    resources = raw.get("resources")
+    if resources is not None:
+        if not isinstance(resources, dict):
+            raise DatabaseError(f"field 'resources' must be a mapping, got {_short(resources)}")
+        for name, value in resources.items():
+            if name != "cc" and not _count(value):
+                raise DatabaseError(f"field 'resources': {name!r} must be a non-negative integer, got {_short(value)}")
+    if "device" in raw:
+        try:
+            _device(raw["device"])
+        except DatabaseError as exc:
+            raise DatabaseError(f"field 'device' of the entry: {exc}") from None
+    versions = raw.get("versions")
+    if versions is not None and not (isinstance(versions, dict) and
+                                     all(isinstance(v, (str, int, float)) for v in versions.values())):
+        raise DatabaseError("field 'versions' must map package names to version text")
+
+
+def _timing(name: str, value: Any, *, required: bool) -> None:
+    if not isinstance(value, dict):
+        raise DatabaseError(f"field {name!r} must hold numbers median_ms, p20_ms and p80_ms")
+    for key in ("median_ms", "p20_ms", "p80_ms"):
+        if key in value or required:
+            if not _number(value.get(key), MAX_MS):
+                raise DatabaseError(f"field {name!r} must hold numbers median_ms, p20_ms and p80_ms (finite, "
+                                    f"0 to {MAX_MS:g} ms); {key} is {_short(value.get(key))}")
+    if "reps" in value and not _count(value["reps"]):
+        raise DatabaseError(f"field {name!r}: 'reps' must be a non-negative integer")
+
+
+def _number(value: Any, limit: float = MAX_NUMBER) -> bool:
+    if type(value) is int:
+        return 0 <= value <= limit
+    return type(value) is float and math.isfinite(value) and 0 <= value <= limit
+
+
+def _count(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_NUMBER
+
+
+def _short(value: Any) -> str:
+    """A value for a message, never long (a crafted value must not make the message huge)."""
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _short_text(exc: Exception) -> str:
+    text = str(exc)
+    return text if len(text) <= 400 else text[:397] + "..."
+
+
+# -- the folders a lookup reads -----------------------------------------------------------------------
+def shipped_folder() -> Path | None:
+    """The database that comes with the package (the checkout's tuned_db/ in a checkout)."""
+    from ..core.resources import resource_dir
+
+    try:
+        return resource_dir("tuned_db")
+    except FileNotFoundError:
+        return None
+
+
+def database_folders(db: str | os.PathLike | None = None) -> list[Path]:
+    """The folders lookups read, in order: yours (``db``, else $AUTOTUNE_DB, else ./tuned_db where it exists),
+    then the database shipped with the package. Yours comes first, entry by entry: the shipped one serves the
+    problems yours lacks."""
+    folders = []
+    mine = db_dir(db).absolute()
+    if db is not None or os.environ.get("AUTOTUNE_DB") or mine.is_dir():
+        folders.append(mine)
+    shipped = shipped_folder()
+    if shipped is not None and not any(_same(shipped, f) for f in folders):
+        folders.append(shipped)
+    return folders
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return False
+
+
+def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
+    """Every ``*.yaml`` file of the folder that can be read, and a sentence for each that cannot."""
+    files, problems = [], []
+    for path in sorted(Path(folder).glob("*.yaml")):
+        try:
+            files.append(load_file(path))
+        except DatabaseError as exc:
+            problems.append(str(exc))
+    return files, problems
+
+
+# -- writing ----------------------------------------------------------------------------------------
+def entry_record(problem: Problem, params: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
+    """A database entry in file form, its keys in a fixed order."""
+    record: dict[str, Any] = {"kernel": problem.kind, "dtype": problem.dtype, "shape": list(problem.shape)}
+    text = problem.impl.args_text(problem.family)
+    record.update({a.name: text[a.name] for a in problem.impl.args if a.written(problem.family[a.name])})
+    record["params"] = dict(params)
+    record.update({k: v for k, v in fields.items() if v is not None})
+    return record
+
+
+def _sort_key(entry: Entry) -> tuple:
+    args = entry.problem.impl.args_text(entry.problem.family)
+    return (entry.problem.kind, entry.problem.dtype, *(str(v) for v in args.values()), entry.problem.shape)
+
+
+def dump(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> str:
+    """The file text: deterministic (entries sorted by key, keys in insertion order), so diffs stay clean; entries
+    of families not registered here follow, as they were."""
+    records = [e.record for e in sorted(entries, key=_sort_key)]
+    records += sorted(foreign, key=lambda raw: (str(raw.get("kernel")), dump_yaml(raw)))
+    doc = {"schema": SCHEMA, "device": dict(device), "entries": records}
+    header = "# Tuned kernels for one GPU model, written by `autotune`. Safe to commit; loaded with yaml.safe_load.\n"
+    return header + dump_yaml(doc, sort_keys=False, default_flow_style=None, width=120)
+
+
+@contextlib.contextmanager
+def locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on the folder holding ``path``: one writer at a time across processes.
+
+    The folder is locked rather than the file because the file is replaced (a new inode) by every write, and
+    rather than a lock file so that nothing extra appears in a folder that users commit."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write a temporary file beside ``path``, flush it to disk, rename it over ``path``. The file keeps the mode
+    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+            f.flush()
+            os.fchmod(f.fileno(), _mode_for(path))
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+
+
+def _mode_for(path: Path) -> int:
+    try:
+        return stat.S_IMODE(path.stat().st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def merge(existing: list[Entry], incoming: list[Entry], *, force: bool = False,
+          reason: str = "--force") -> tuple[list[Entry], list[str]]:
+    """Entries after merging: an incoming entry replaces the same key only if faster, or if forced (``reason``
+    says why, for the note). A re-measurement of the same configuration is faster by a lower median; another
+    configuration must be faster by more than the noise (``Timing.faster_than``, the tuner's tie rule), so that
+    merging runs of different days does not flip a winner on noise."""
+    merged = {e.problem.key: e for e in existing}
+    notes = []
+    for entry in incoming:
+        old = merged.get(entry.problem.key)
+        if old is None or force or _faster(entry, old):
+            merged[entry.problem.key] = entry
+            notes.append(_replace_note(entry, old, reason))
+        else:
+            beyond = "" if entry.params == old.params else " by more than the noise"
+            notes.append(f"kept {entry.problem.key}: {old.median_ms:.4g} ms (the new {entry.median_ms:.4g} ms is not "
+                         f"faster{beyond}; --force replaces it)")
+    return list(merged.values()), notes
+
+
+def _faster(entry: Entry, old: Entry) -> bool:
+    if entry.params == old.params:
+        return entry.median_ms < old.median_ms
+    return entry.timing.faster_than(old.timing)
+
+
+def _replace_note(entry: Entry, old: Entry | None, reason: str) -> str:
+    new = f"{entry.problem.key}: {entry.median_ms:.4g} ms"
+    if old is None:
+        return f"added {new}"
+    if entry.params == old.params:
+        return f"re-measured {new} (recorded {old.median_ms:.4g} ms), the same configuration"
+    if entry.median_ms < old.median_ms:
+        return f"replaced {new} (was {old.median_ms:.4g} ms)"
+    return f"replaced {new} (recorded {old.median_ms:.4g} ms; {reason})"
+
+
+def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], *, force: bool = False,
+                  reason: str = "--force") -> list[str]:
+    """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were."""
+    with locked(path):
+        current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
+        if current.problems:
+            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
+        entries, notes = merge(current.entries, incoming, force=force, reason=reason)
+        atomic_write(path, dump(current.device if path.exists() else device, entries, current.foreign))
+    return notes

@@ -1,0 +1,205 @@
+"""``get_best_kernel``: the tuned variant for this GPU and shape, from the database, with stated fallbacks.
+
+The folders read, in order (``db.database_folders``): yours (the ``db`` argument, else ``$AUTOTUNE_DB``, else
+``./tuned_db`` where it exists), then the database shipped with the package. In the CUDA simulator, which is no
+GPU model, only yours is read unless ``device`` names a model. For a problem on GPU model G:
+
+1. the exact entry in G's file (``<folder>/<gpu-model-slug>.yaml``) of your folder, else of the shipped one;
+2. else the entry of the nearest shape of the same family, dtype and arguments in G's files, your folder's
+   first on a tie. Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from 2048 as
+   from 8192;
+3. else a file of another GPU model with the same compute capability, the same way (yours first);
+4. else the family's default configuration for the shape.
+
+Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
+read (skipped) and entries of a family not registered in this process (kept, unused). Kernels are cached per
+(problem, device, folders) in this process; compiled code is cached on disk by Numba, so a second process does
+not compile again.
+"""
+from __future__ import annotations
+
+import math
+import threading
+import warnings
+from pathlib import Path
+from typing import Any
+
+from ..core import backend
+from ..core.device import current_device, device_slug
+from ..core.problem import Problem, shape_text
+from .build import build_kernel
+from .db import DatabaseError, DbFile, Entry, database_folders, db_path, load_file, load_folder
+
+
+class TunedKernelWarning(UserWarning):
+    """get_best_kernel used something other than an exact entry for this GPU, or skipped part of the database."""
+
+
+_cache: dict[tuple, Any] = {}
+_lock = threading.Lock()
+
+
+def get_best_kernel(kind: str, shape, dtype: Any = "float32", *, device: str | None = None,
+                    db: str | Path | None = None, **family_args):
+    """The callable kernel object tuned for ``shape`` on this GPU (or the GPU model named ``device``).
+
+    ``get_best_kernel("matmul", (4096, 4096, 4096))(A, B)``;
+    ``get_best_kernel("reduce", (1 << 24,), op="max")(x)``; ``get_best_kernel("reduce", (M, N), axis=1)``.
+
+    The first call of a kernel in a process with an empty disk cache compiles it: one to two seconds for a
+    reduction, 2.5-6 s of compiling for an fp32 matmul winner on one core of a 2-core CPU; on an H100 machine the
+    first call of the 4096^3 winner takes 7.5 s (1.6 s with the cache filled). ``autotune warm`` compiles every
+    database entry ahead (run it once when you build a container or install on a machine); later processes load
+    the compiled code.
+    """
+    problem = Problem(kind, shape, dtype, family_args)
+    folders = lookup_folders(db, device)
+    key = (problem.key, device, tuple(map(str, folders)))
+    with _lock:
+        if key not in _cache:
+            params, note = choose(problem, folders, device)
+            if note:
+                warnings.warn(note, TunedKernelWarning, stacklevel=2)
+            _cache[key] = build_kernel(kind, params, problem.dtype, **problem.family)
+        return _cache[key]
+
+
+def lookup_folders(db: str | Path | None = None, device: str | None = None) -> list[Path]:
+    """The folders a lookup reads, in order (see the module docstring)."""
+    folders = database_folders(db)
+    if device is None and backend.simulator():
+        from .db import shipped_folder
+
+        mine = [f for f in folders if f != shipped_folder()]
+        return mine or folders[:0]
+    return folders
+
+
+def database_folder(db: str | Path | None = None) -> Path:
+    """The first folder a lookup reads (yours, else the shipped database)."""
+    folders = database_folders(db)
+    return folders[0] if folders else Path(db or "tuned_db")
+
+
+def choose(problem: Problem, folders: Path | list[Path], device: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """The parameters for ``problem`` and a sentence on the fallback used (None for an exact entry)."""
+    folders = [folders] if isinstance(folders, Path) else list(folders)
+    info = current_device() if device is None else None
+    name = device or info.name
+    own = [f for f in (_read(db_path(folder, name)) for folder in folders) if f is not None]
+    for db_file in own:
+        entry, distance = nearest(problem, db_file.entries)
+        if entry is not None and distance == 0:
+            return entry.params, None
+    found = _nearest_of(problem, own)
+    if found:
+        entry, db_file = found
+        return entry.params, (f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
+                              f"{shape_text(entry.problem.shape)}, from {db_file.path}")
+    if info is not None:
+        others = [f for folder in folders for f in _folder_files(folder)
+                  if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
+        found = _nearest_of(problem, others, exact_first=True)
+        if found:
+            entry, db_file = found
+            what = "the entry" if entry.problem.shape == problem.shape else \
+                f"the nearest entry, shape {shape_text(entry.problem.shape)}"
+            return entry.params, (f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
+                                  f"({db_file.device.get('name')}, same compute capability)")
+    where = ", ".join(map(str, folders)) or "no database folder"
+    return problem.impl.default_params(problem), (
+        f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
+        f"`autotune tune --family {problem.kind}` to tune it)")
+
+
+def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False) -> tuple[Entry, DbFile] | None:
+    """The entry nearest to ``problem`` over ``files``, the earlier file winning a tie."""
+    best = None
+    for db_file in files:
+        entry, distance = nearest(problem, db_file.entries)
+        if entry is not None and (best is None or distance < best[0]):
+            best = (distance, entry, db_file)
+    return (best[1], best[2]) if best else None
+
+
+def _read(path: Path) -> DbFile | None:
+    """One database file, its skipped entries and unused families announced; None (announced) if unreadable."""
+    if not path.exists():
+        return None
+    try:
+        db_file = load_file(path)
+    except DatabaseError as exc:
+        warnings.warn(f"skipped a database file that cannot be used: {exc}", TunedKernelWarning, stacklevel=4)
+        return None
+    _announce(db_file)
+    return db_file
+
+
+def _folder_files(folder: Path) -> list[DbFile]:
+    files, problems = load_folder(folder)
+    for problem in problems:
+        warnings.warn(f"skipped a database file that cannot be used: {problem}", TunedKernelWarning, stacklevel=4)
+    for db_file in files:
+        _announce(db_file)
+    return files
+
+
+def _announce(db_file: DbFile) -> None:
+    for problem_text in db_file.problems:
+        warnings.warn(f"skipped a bad database entry: {problem_text}", TunedKernelWarning, stacklevel=5)
+    for name in db_file.foreign_families:
+        warnings.warn(f"{db_file.path} holds entries of the kernel family {name!r}, which is not registered in this "
+                      f"process: they are kept but not used (autotune.register_family)", TunedKernelWarning,
+                      stacklevel=5)
+
+
+def nearest(problem: Problem, entries: list[Entry]) -> tuple[Entry | None, float]:
+    ranked = by_distance(problem, entries)
+    return (ranked[0][1], ranked[0][0]) if ranked else (None, math.inf)
+
+
+def by_distance(problem: Problem, entries: list[Entry]) -> list[tuple[float, Entry]]:
+    """The entries of the same kind, dtype and family, nearest shape first (distance: sum of |log2| ratios)."""
+    found = []
+    for entry in entries:
+        other = entry.problem
+        if (other.kind, other.dtype, dict(other.family)) != (problem.kind, problem.dtype, dict(problem.family)):
+            continue
+        if len(other.shape) != len(problem.shape):
+            continue
+        found.append((sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(problem.shape, other.shape)), entry))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def tuning_starts(path: Path | list[Path], problem: Problem, neighbours: int = 3) -> tuple[dict[str, Any] | None,
+                                                                                          list[dict[str, Any]]]:
+    """What a tuning run measures first: the entry for ``problem`` in the file the run writes (``path``, or the
+    first of a list; the incumbent, None if there is none), then the winners of the ``neighbours`` nearest other
+    entries of its family, dtype and arguments in the files given (the shipped file's entry for this very shape
+    counts as the nearest). A neighbour is often close to this shape's best: the 1024^3 winner, clamped at the
+    edges, beat the 1000^3 entry by 16% on the H100."""
+    paths = [path] if isinstance(path, Path) else list(path)
+    incumbent, ranked = None, []
+    for index, p in enumerate(paths):
+        db_file = _read(p)
+        if db_file is None:
+            continue
+        for distance, entry in by_distance(problem, db_file.entries):
+            if index == 0 and distance == 0:
+                incumbent = entry.params
+            else:
+                ranked.append((distance, index, entry.params))
+    ranked.sort(key=lambda item: (item[0], item[1]))
+    found = []
+    for _, _, params in ranked:
+        if params != incumbent and params not in found:
+            found.append(params)
+    return incumbent, found[:neighbours]
+
+
+def default_params(problem: Problem) -> dict[str, Any]:
+    """A reasonable untuned configuration: the family's for this dtype and size."""
+    return problem.impl.default_params(problem)
+
+
+__all__ = ["get_best_kernel", "TunedKernelWarning", "choose", "nearest", "default_params"]

@@ -1,0 +1,115 @@
+"""Render validated configurations into Numba CUDA source through a family's Jinja templates."""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import jinja2
+
+from ..core.resources import templates_dir
+
+
+@functools.lru_cache(maxsize=16)
+def environment(folder: str) -> jinja2.Environment:
+    """Templates from $AUTOTUNE_TEMPLATES first (a folder of your own, e.g. to test a variant), then the family's
+    folder, then the built-in templates (so a family of your own can import their macro files)."""
+    folders = [os.environ["AUTOTUNE_TEMPLATES"]] if os.environ.get("AUTOTUNE_TEMPLATES") else []
+    folders += [folder] + ([str(templates_dir())] if Path(folder) != templates_dir() else [])
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folders),
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+        autoescape=False,
+        extensions=["jinja2.ext.do"],
+    )
+
+
+IMPORTS_MARK = "# autotune: imports"
+NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint16", "uint32", "uint64")
+NUMBA_TYPES = ("float16",)  # scalar types the top-level numba module does not export
+
+
+def render(family, template: str, context: Mapping[str, Any]) -> str:
+    """The module source ``template`` of ``family`` renders with ``context``; a SyntaxError here is a template bug."""
+    source = environment(str(family.template_dir)).get_template(template).render(**context)
+    source = fill_imports(source)
+    compile(source, f"<autotune {family.name} {template}>", "exec")
+    return source
+
+
+def fill_imports(source: str) -> str:
+    """Replace the header's import mark with imports of exactly the names the module uses: ``math``, NumPy as
+    ``np`` (simulator renderings: stand-ins of tensor-core instructions), Numba's
+    ``cuda`` and scalar types, and the intrinsics of ``autotune.kernels.intrinsics``, ``autotune.kernels.wgmma`` and
+    ``autotune.kernels.tma`` (code, not comments, counts)."""
+    if IMPORTS_MARK not in source:
+        return source
+    from ..kernels import intrinsics, tma, wgmma
+
+    used = _names(source) - _defined(source)
+    lines = (["import math"] if "math" in used else []) + (["import numpy as np"] if "np" in used else [])
+    lines += [""] if lines else []
+    numba = [n for n in NUMBA_NAMES if n in used]
+    if numba:
+        lines.append(f"from numba import {', '.join(numba)}")
+    types = [n for n in NUMBA_TYPES if n in used]
+    if types:
+        lines.append(f"from numba.types import {', '.join(types)}")
+    for module in (intrinsics, wgmma, tma):
+        ours = sorted(n for n in used if n in module.__all__)
+        if ours:
+            lines += _wrapped(f"from {module.__name__} import ", ours)
+    head, _, body = source.partition(IMPORTS_MARK)
+    return head + "\n".join(lines) + "\n\n" + body.lstrip("\n")
+
+
+def _names(source: str) -> set[str]:
+    import io
+    import tokenize
+
+    body = source.replace(IMPORTS_MARK, "")
+    names, previous = set(), None
+    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
+        if tok.type == tokenize.NAME and previous != ".":  # an attribute (np.float32) is no use of a name
+            names.add(tok.string)
+        previous = tok.string
+    return names
+
+
+def _defined(source: str) -> set[str]:
+    """Names the module defines itself (a simulator stand-in of an intrinsic, say)."""
+    import ast
+
+    tree = ast.parse(source.replace(IMPORTS_MARK, ""))
+    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | \
+        {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+
+
+def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:
+    line = prefix + ", ".join(names)
+    if len(line) <= width:
+        return [line]
+    lines, current = [], prefix + "("
+    indent = " " * len(current)
+    for i, name in enumerate(names):
+        piece = name + (", " if i < len(names) - 1 else ")")
+        if len(current) + len(piece.rstrip()) > width:
+            lines.append(current.rstrip())
+            current = indent
+        current += piece
+    return lines + [current]
+
+
+def template_hash(family) -> str:
+    """Short hash of the template files a family renders from, recorded with tuned results."""
+    env = environment(str(family.template_dir))
+    digest = hashlib.sha256()
+    for name in family.templates():
+        source, _, _ = env.loader.get_source(env, name)
+        digest.update(source.encode())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,119 @@
+"""The two stages a sampled configuration goes through after validation: compile, then verify and time.
+
+``compile_variant`` runs in a pool of CPU processes ahead of the GPU: it renders the source, asks the real
+compiler for registers and spills (nvJitLink, no GPU needed) and, on a GPU machine, compiles the kernel once
+so that Numba's disk cache holds it when the GPU worker loads it. ``measure_variant`` runs in the GPU worker
+process (``worker.py``): it builds the kernel, checks its output with the family's oracle on NaN-poisoned
+outputs, and only then times it. Both take a ``Job`` and return a record (``records.py``).
+"""
+from __future__ import annotations
+
+import time
+import traceback
+from typing import Any
+
+import numpy as np
+
+from ..core import backend
+from ..core.device import gpu_available
+from ..core.problem import Problem
+from ..core.space import load_space
+from ..runtime.build import build_kernel
+from .instance import Instance
+from .records import CompileResult, Job, Measurement
+
+
+def _build(job: Job):
+    job.problem()  # loads the job's family into this process
+    space = load_space(job.kind, job.space)
+    return build_kernel(job.kind, job.params, job.dtype, space=space, **job.args)
+
+
+def compile_variant(job: Job) -> CompileResult:
+    """Compile one variant ahead; registers and spills from the real compiler (no GPU needed)."""
+    t0 = time.perf_counter()
+    try:
+        if backend.simulator():
+            _build(job)  # renders and imports the simulator source: what can fail without a GPU
+            return CompileResult(ok=True, compile_s=time.perf_counter() - t0)
+        from ..runtime.compiler import DEFAULT_CC, compile_ahead_report
+
+        # on a GPU this also fills Numba's disk cache for the GPU worker
+        report = compile_ahead_report(_build(job), None if gpu_available() else DEFAULT_CC)
+        if job.params.get("MMA") and report.spills:
+            return CompileResult(ok=False, stage="pruned", reason=f"mma variant spills ({report.spill_stores} bytes): "
+                                 "on the H200 two such variants failed their checks, all others passed",
+                                 compile_s=time.perf_counter() - t0)
+        return CompileResult(ok=True, resources=report.as_dict(), compile_s=time.perf_counter() - t0)
+    except Exception as exc:  # a variant that does not compile is a failed trial, never a crash of the tuner
+        return CompileResult(ok=False, reason=f"compile failed: {type(exc).__name__}: {exc}",
+                             detail=traceback.format_exc(limit=3), compile_s=time.perf_counter() - t0)
+
+
+_instances: dict[str, Instance] = {}
+
+
+def instance_for(problem: Problem) -> Instance:
+    """The problem's device data, made once per worker process from a fresh seed."""
+    if problem.key not in _instances:
+        _instances.clear()  # one problem's data at a time: large problems fill the device
+        _instances[problem.key] = Instance(problem, np.random.default_rng())
+    return _instances[problem.key]
+
+
+def measure_variant(job: Job) -> Measurement:
+    """Build, verify, then time one variant on this process's GPU (or the simulator)."""
+    from .measure import bench
+
+    simulator = backend.simulator()
+    clock = [time.perf_counter()]
+    try:
+        kernel = _build(job)
+        if not simulator:
+            from ..runtime.compiler import compile_as_launched
+
+            compile_as_launched(kernel.entry, kernel.signature)  # from the disk cache the compile pool filled
+    except Exception as exc:
+        return _failed("load", exc)
+    clock.append(time.perf_counter())
+    try:
+        problem = job.problem()
+        inst = instance_for(problem)
+        error = inst.check(kernel)
+    except Exception as exc:
+        return _failed("run", exc)
+    if error:
+        return Measurement(ok=False, stage="verify", reason=f"wrong result: {error}")
+    clock.append(time.perf_counter())
+    try:
+        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
+                       simulator=simulator)
+    except Exception as exc:
+        return _failed("run", exc)
+    clock.append(time.perf_counter())
+    stats = getattr(kernel.entry, "stats", None)
+    return Measurement(ok=True, stage="measured", timing=timing.as_dict(), meaningful=timing.meaningful,
+                       rate=problem.rate(timing.median_ms / 1e3),
+                       measure_s=dict(zip(("load", "check", "time"), _intervals(clock))),
+                       cache_hits=int(sum(stats.cache_hits.values())) if stats is not None else None)
+
+
+def _failed(stage: str, exc: Exception) -> Measurement:
+    return Measurement(ok=False, stage=stage, reason=f"failed on the device: {type(exc).__name__}: {exc}",
+                       detail=traceback.format_exc(limit=3))
+
+
+def _intervals(clock: list[float]) -> list[float]:
+    return [round(b - a, 3) for a, b in zip(clock, clock[1:])]
+
+
+_flusher_instance: Any = None
+
+
+def _flusher():
+    global _flusher_instance
+    if _flusher_instance is None:
+        from .measure import L2Flusher
+
+        _flusher_instance = L2Flusher()
+    return _flusher_instance

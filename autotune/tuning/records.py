@@ -1,0 +1,95 @@
+"""What crosses process boundaries between the tuner, the compile pool and the GPU workers: small frozen records.
+
+Each failure carries the stage where it happened, set there, so nobody has to match on its reason's text:
+``compile`` (rendering or compiling failed, or the tuner's wait for a compile ran out), ``pruned`` (compiled, but
+a rule rejects it: more registers than a multiprocessor has for its block, a spilling tensor-core variant),
+``load`` (the kernel could not be built or loaded in the GPU process), ``verify`` (a wrong result), ``run`` (an
+error or crash while running), ``timeout`` (the worker stopped answering and was restarted, or the selftest
+stopped a compile at its limit).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STAGES = ("compile", "pruned", "load", "verify", "run", "timeout")
+#: Seconds a variant may take to compile before it is a failed trial ("timeout"): tune's and selftest's default.
+#: Tiles of 16x8 per thread with K unrolled 16-32 times took over 90 s on the H100 machine's CPUs.
+COMPILE_TIMEOUT_S = 300.0
+
+
+@dataclass(frozen=True)
+class Job:
+    """One configuration of one problem, as a fresh process can rebuild it. ``source`` loads the family there
+    (its name for built-in and installed families, else the path or module it was registered from)."""
+
+    source: str
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    args: dict[str, Any]
+    params: dict[str, Any]
+    space: str | None = None
+
+    def problem(self):
+        from ..core.problem import Problem
+        from ..core.registry import load_family
+
+        load_family(self.source)
+        return Problem(self.kind, self.shape, self.dtype, self.args)
+
+
+def job_for(problem, params: dict[str, Any], space_path: str | None = None) -> Job:
+    return Job(source=problem.impl.source or problem.kind, kind=problem.kind, shape=tuple(problem.shape),
+               dtype=problem.dtype, args=dict(problem.family), params=dict(params), space=space_path)
+
+
+@dataclass(frozen=True)
+class CompileResult:
+    """A variant compiled ahead on the CPU: its resources (registers, spills; None in the simulator) or why not."""
+
+    ok: bool
+    reason: str = ""
+    resources: dict[str, Any] | None = None
+    compile_s: float | None = None
+    detail: str = ""
+    stage: str = "compile"
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """A variant checked and timed on a GPU (or the simulator), or the stage where it failed and why."""
+
+    ok: bool
+    stage: str
+    reason: str = ""
+    timing: dict[str, Any] | None = None
+    rate: float | None = None
+    meaningful: bool = True
+    measure_s: dict[str, float] | None = None
+    cache_hits: int | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What the tuner tells the study about one trial: the measurement with what compiling it found."""
+
+    ok: bool
+    stage: str
+    reason: str = ""
+    timing: dict[str, Any] | None = None
+    rate: float | None = None
+    resources: dict[str, Any] | None = None
+    compile_s: float | None = None
+    cache_hits: int | None = None
+    measure_s: dict[str, float] | None = None
+    gpu: int | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def attrs(self) -> dict[str, Any]:
+        """The study's user attributes for this trial (None values left out)."""
+        keys = ("stage", "resources", "timing", "rate", "reason", "compile_s", "cache_hits", "measure_s", "gpu")
+        values = {k: getattr(self, k) for k in keys}
+        values["reason"] = values["reason"] or None
+        return {k: v for k, v in values.items() if v is not None}
