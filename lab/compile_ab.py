@@ -40,7 +40,7 @@ from autotune.runtime.compiler import DEFAULT_CC, arch, load_source, ptx_of, res
 from autotune.core.problem import Problem
 job = json.loads(sys.argv[1])
 problem = Problem(job["kind"], tuple(job["shape"]), job["dtype"], job["args"])
-kernel = build_kernel(job["kind"], job["params"], job["dtype"], **problem.family)
+kernel = build_kernel(job["kind"], job["params"], job["dtype"], **problem.args)
 if job["source"] is not None:
     kernel = problem.impl.make_kernel(load_source(job["source"]), kernel.params, kernel.dtype, kernel.args,
                                       job["source"], False)
@@ -141,13 +141,13 @@ def jobs(prefix: str) -> list[tuple[dict, str]]:
         for e in load_file(path, strict=True).entries:
             if not e.problem.key.startswith(prefix):
                 continue
-            config = (e.problem.kind, e.problem.dtype, json.dumps(e.problem.family, sort_keys=True),
+            config = (e.problem.family, e.problem.dtype, json.dumps(e.problem.args, sort_keys=True),
                       json.dumps(e.params, sort_keys=True))
             if config in seen:
                 continue
             seen.add(config)
-            job = {"key": e.problem.key, "kind": e.problem.kind, "shape": list(e.problem.shape),
-                   "dtype": e.problem.dtype, "args": e.problem.family, "params": e.params}
+            job = {"key": e.problem.key, "kind": e.problem.family, "shape": list(e.problem.shape),
+                   "dtype": e.problem.dtype, "args": e.problem.args, "params": e.params}
             found.append((job, f"{path.name}: {e.problem.key} gpu"))
     return found
 

@@ -57,7 +57,7 @@ def main() -> None:
     work = pairs(a.new, a.entries)
     if not work:
         raise SystemExit(f"{a.new} has no problem that this GPU's committed database file holds")
-    jobs = [(p.kind, p.dtype, dict(p.family), params, None) for p, old, new in work for params in (old, new)]
+    jobs = [(p.family, p.dtype, dict(p.args), params, None) for p, old, new in work for params in (old, new)]
     if not backend.simulator():  # the simulator compiles nothing
         with cf.ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 1), mp_context=mp.get_context("spawn")) as pool:
             list(pool.map(_compile, jobs))

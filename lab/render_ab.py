@@ -67,14 +67,14 @@ def pairs(before: Path | None, prefix: str, nan_cost: bool) -> list[tuple[str, o
     for e in load_file(path, strict=True).entries:
         p = e.problem
         wanted = any(p.key.startswith(one) for one in prefix.split(","))
-        if not wanted or (nan_cost and p.family.get("op") not in ("max", "min")):
+        if not wanted or (nan_cost and p.args.get("op") not in ("max", "min")):
             continue
-        config = (p.kind, p.dtype, repr(sorted(p.family.items(), key=str)), repr(sorted(e.params.items())))
+        config = (p.family, p.dtype, repr(sorted(p.args.items(), key=str)), repr(sorted(e.params.items())))
         if config in seen:
             continue
         seen.add(config)
         if nan_cost:
-            other = Problem(p.kind, p.shape, p.dtype, {**p.family, "op": "nan" + p.family["op"]})
+            other = Problem(p.family, p.shape, p.dtype, {**p.args, "op": "nan" + p.args["op"]})
             found.append((p.key, p, None, {"params": e.params, "problem": other}))
         else:
             sha = index[f"{path.name}: {p.key} gpu"]
@@ -100,7 +100,7 @@ def kernels_for(problem, source, params):
     from autotune.runtime.build import build_kernel
     from autotune.runtime.compiler import load_source
 
-    kernel = build_kernel(problem.kind, params, problem.dtype, **problem.family)
+    kernel = build_kernel(problem.family, params, problem.dtype, **problem.args)
     if source is None:
         return kernel
     return problem.impl.make_kernel(load_source(source), kernel.params, problem.dtype, kernel.args, source, False)
@@ -137,8 +137,8 @@ def main() -> None:
     jobs = []
     for _, problem, source, after in work:
         other = after.get("problem", problem)
-        jobs.append((problem.kind, problem.dtype, dict(problem.family), after["params"], source))
-        jobs.append((other.kind, other.dtype, dict(other.family), after["params"], None))
+        jobs.append((problem.family, problem.dtype, dict(problem.args), after["params"], source))
+        jobs.append((other.family, other.dtype, dict(other.args), after["params"], None))
     with cf.ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 1), mp_context=mp.get_context("spawn")) as pool:
         list(pool.map(_compile, jobs))
     device, flusher, rng = current_device(), L2Flusher(), np.random.default_rng()
@@ -185,7 +185,7 @@ def compare_sets(a) -> None:
     from autotune.runtime.db import db_path
 
     file_name = db_path(ROOT / "tuned_db", current_device().name).name
-    jobs = [(p.kind, p.dtype, dict(p.family), after["params"], source(name, folder, f"{file_name}: {label} gpu"))
+    jobs = [(p.family, p.dtype, dict(p.args), after["params"], source(name, folder, f"{file_name}: {label} gpu"))
             for label, p, _, after in work for name, folder in sets]
     with cf.ProcessPoolExecutor(max(1, (os.cpu_count() or 2) - 1), mp_context=mp.get_context("spawn")) as pool:
         list(pool.map(_compile, jobs))

@@ -26,7 +26,7 @@ def start_of(space, entry, fitted: tuple[str, ...]) -> dict:
     """The entry's configuration without the fitted parameters and those at the space's default."""
     problem = entry.problem
     config = space.validate({k: v for k, v in entry.params.items() if k not in fitted},
-                            dtype=problem.dtype, family=problem.family)
+                            dtype=problem.dtype, args=problem.args)
     tiles = {k: config[k] for k in ("BM", "BN", "BK") if k in config}
     return {**tiles, **{k: v for k, v in config.items() if k not in fitted and k not in tiles
                         and v != space.params[k].default}}
@@ -48,7 +48,7 @@ def main() -> None:
     won: dict[str, list[str]] = {}
     for path in a.files or sorted((ROOT / "tuned_db").glob("*.yaml")):
         for entry in load_file(path, strict=True).entries:
-            if entry.problem.kind != a.kernel or entry.params.get("strategy", "tiled") != "tiled":
+            if entry.problem.family != a.kernel or entry.params.get("strategy", "tiled") != "tiled":
                 continue
             start = start_of(space, entry, FITTED.get(a.kernel, ()))
             won.setdefault(flow(start), []).append(f"{path.stem}:{entry.problem.key}")

@@ -65,7 +65,7 @@ def compile_one(item):
 def main():
     items = []
     for kind, dtype, family in FAMILIES:
-        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind],
+        sample, _ = load_space(kind).covering_sample(dtype=dtype, args=family, seed=5, cheap=CHEAP[kind],
                                                     candidates=8)
         items += [(kind, dtype, family, params) for params in sample]
     items += EXTRA

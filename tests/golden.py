@@ -28,8 +28,8 @@ def current_renders() -> dict[str, str]:
     for path in sorted((ROOT / "tuned_db").glob("*.yaml")):
         for entry in load_file(path, strict=True).entries:
             for simulator in (False, True):
-                _, _, source = render_source(entry.problem.kind, entry.params, entry.problem.dtype,
-                                             simulator=simulator, **entry.problem.family)
+                _, _, source = render_source(entry.problem.family, entry.params, entry.problem.dtype,
+                                             simulator=simulator, **entry.problem.args)
                 renders[f"{path.name}: {entry.problem.key} {'simulator' if simulator else 'gpu'}"] = source
     return renders
 

@@ -29,7 +29,7 @@ def cli(*args, cwd, simulator=True, timeout=300):
 
 def entry(kind, shape, params, **family):
     problem = Problem(kind, shape, "float32", family)
-    full = load_space(kind).validate(params, dtype="float32", family=problem.family)
+    full = load_space(kind).validate(params, dtype="float32", args=problem.args)
     return db.parse_entry(db.entry_record(problem, full, time=TIME))
 
 

@@ -15,7 +15,7 @@ TIME = {"median_ms": 1.0, "p20_ms": 0.99, "p80_ms": 1.01, "reps": 50}
 
 def complete(problem, params):
     """A whole configuration, as the tuner writes it (entries must name every parameter that applies)."""
-    return load_space(problem.kind).validate(params, dtype=problem.dtype, family=problem.family)
+    return load_space(problem.family).validate(params, dtype=problem.dtype, args=problem.args)
 
 
 def entry(shape=(64, 64, 64), ms=1.0, **params):
@@ -42,8 +42,8 @@ def test_round_trip_and_deterministic_output(tmp_path):
     again = tmp_path / "again.yaml"
     db.write_entries(again, DEVICE, list(reversed(loaded.entries)))
     assert again.read_text() == text  # same content, any order in, same bytes out
-    kernels = [e["kernel"] for e in yaml.safe_load(text)["entries"]]
-    assert kernels == sorted(kernels)
+    families = [e["family"] for e in yaml.safe_load(text)["entries"]]
+    assert families == sorted(families)
 
 
 def test_merge_keeps_others_and_replaces_only_with_faster(tmp_path):

@@ -24,7 +24,7 @@ database = st.fixed_dictionaries({"schema": st.sampled_from([1, 1, 2, "1", None]
                                   "device": st.one_of(values, st.fixed_dictionaries({"name": st.text(max_size=8)})),
                                   "entries": st.one_of(st.lists(entries, max_size=4), values)})
 param_specs = st.one_of(values, st.fixed_dictionaries({"values": values}, optional={"default": scalars, "when": values}))
-space = st.fixed_dictionaries({"kernel": st.sampled_from(["reduce", "matmul", "other"]),
+space = st.fixed_dictionaries({"family": st.sampled_from(["reduce", "matmul", "other"]),
                                "params": st.dictionaries(st.sampled_from(["BLOCK", "ITEMS", "VEC", "XX", "BM"]),
                                                          param_specs, max_size=4)},
                               optional={"constraints": values, "starts": values})

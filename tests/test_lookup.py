@@ -25,7 +25,7 @@ def write_db(folder, device, entries):
     records = []
     for kind, shape, family, params in entries:
         problem = Problem(kind, shape, "float32", family)
-        full = load_space(kind).validate(params, dtype="float32", family=problem.family)
+        full = load_space(kind).validate(params, dtype="float32", args=problem.args)
         records.append(db.parse_entry(db.entry_record(problem, full, time=TIME)))
     db.write_entries(folder / f"{db.device_slug(device['name'])}.yaml", device, records)
 
@@ -77,7 +77,7 @@ def test_tuning_starts_are_the_entry_then_the_nearest_shapes(tmp_path):
 def test_default_when_nothing_matches(folder):
     k, notes = lookup("reduce", (1000,), db=folder, op="min")
     assert "using the default configuration" in notes[0]
-    assert k.params == load_space("reduce").validate({}, dtype="float32", family={"op": "min", "axis": None})
+    assert k.params == load_space("reduce").validate({}, dtype="float32", args={"op": "min", "axis": None})
 
 
 def test_file_of_the_same_architecture(tmp_path):

@@ -421,26 +421,26 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
     (register tiles, vector width, split-K, ...) do not apply to it."""
     space = load_space("matmul")
     params = {**WGMMA, "ASYNC_STAGES": 4}
-    checked = space.validate(params, dtype="float16", family={"layout": "nn"})
+    checked = space.validate(params, dtype="float16", args={"layout": "nn"})
     assert checked == {"strategy": "tiled", **params, "TMA": 0, "GROUP_M": 8}
     for dtype in ("float32", "float64"):
         with pytest.raises(ValueError, match="WGMMA=1 (multiplies float16|on float32 issues)"):
-            space.validate(params, dtype=dtype, family={"layout": "nn", "precision": "ieee"})
+            space.validate(params, dtype=dtype, args={"layout": "nn", "precision": "ieee"})
     for bad, message in (({"BK": 32}, "BK must be 64"), ({"BN": 32}, "64, 128 or 256"),
                          ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"),
                          ({"BM": 256, "BN": 256}, "registers per thread"),
                          ({"BM": 256, "BN": 256, "TMA": 1}, "640 threads leave 102 registers")):
         with pytest.raises(ValueError, match=message):
-            space.validate({**params, **bad}, dtype="float16", family={"layout": "nn"})
+            space.validate({**params, **bad}, dtype="float16", args={"layout": "nn"})
     # the TMA's consumers hold the accumulators and little else: 128 x 256 fits the 170 registers of 384 threads
-    assert space.validate({**params, "BM": 128, "BN": 256, "TMA": 1}, dtype="bfloat16", family={"layout": "tt"})
+    assert space.validate({**params, "BM": 128, "BN": 256, "TMA": 1}, dtype="bfloat16", args={"layout": "tt"})
     with pytest.raises(ValueError, match="ASYNC_STAGES must be 0 and TMA 0"):
         space.validate({**WGMMA_TF32, "ASYNC_STAGES": 4, "TMA": 1}, dtype="float32",
-                       family={"layout": "nn", "precision": "3xtf32"})
+                       args={"layout": "nn", "precision": "3xtf32"})
     with pytest.raises(ValueError, match="does not apply"):
-        space.validate({**params, "TM": 8}, dtype="float16", family={"layout": "nn"})
+        space.validate({**params, "TM": 8}, dtype="float16", args={"layout": "nn"})
     with pytest.raises(ValueError, match="BK=64 is the depth of the float16 wgmma kernel"):
-        space.validate({"BK": 64, "TM": 4, "TN": 4}, dtype="float32", family={"layout": "nn"})
+        space.validate({"BK": 64, "TM": 4, "TN": 4}, dtype="float32", args={"layout": "nn"})
 
 
 # float32 on Hopper's TF32 wgmma (matmul_wgmma_tf32.py.j2): A from registers, B rounded (and split) into a swizzled
@@ -511,27 +511,27 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
     params = {k: v for k, v in WGMMA_TF32.items() if k != "ASYNC_STAGES"}
     for precision in ("tf32", "3xtf32"):
         family = {"layout": "nn", "precision": precision}
-        assert space.validate(params, dtype="float32", family=family) == {"strategy": "tiled", **WGMMA_TF32,
+        assert space.validate(params, dtype="float32", args=family) == {"strategy": "tiled", **WGMMA_TF32,
                                                                            "TMA": 0, "GROUP_M": 8, "PREFETCH": 1}
     with pytest.raises(ValueError, match="at precision ieee"):
-        space.validate(params, dtype="float32", family={"layout": "nn", "precision": "ieee"})
+        space.validate(params, dtype="float32", args={"layout": "nn", "precision": "ieee"})
     family = {"layout": "nn", "precision": "tf32"}
     for bad, message in (({"BK": 16}, "BK must be 32"), ({"MMA": 16}, "MMA must be 8"),
                          ({"ASYNC_STAGES": 2}, "ASYNC_STAGES must be 3 or 4"), ({"BN": 32}, "64, 128 or 256"),
                          ({"BM": 256, "BN": 256}, "registers per thread"),
                          ({"BM": 256, "BN": 256, "ASYNC_STAGES": 4}, "registers per thread")):
         with pytest.raises(ValueError, match=message):
-            space.validate({**params, **bad}, dtype="float32", family=family)
+            space.validate({**params, **bad}, dtype="float32", args=family)
     copies = {**params, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}
-    assert space.validate(copies, dtype="float32", family=family) == {"strategy": "tiled", **copies, "TMA": 0,
+    assert space.validate(copies, dtype="float32", args=family) == {"strategy": "tiled", **copies, "TMA": 0,
                                                                       "GROUP_M": 8}
     with pytest.raises(ValueError, match="at 3xtf32 splits .*ASYNC_STAGES must be 0"):
-        space.validate(copies, dtype="float32", family={**family, "precision": "3xtf32"})
-    space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family=family)
+        space.validate(copies, dtype="float32", args={**family, "precision": "3xtf32"})
+    space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", args=family)
     with pytest.raises(ValueError, match="registers per thread"):
-        space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", family={**family, "precision": "3xtf32"})
+        space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", args={**family, "precision": "3xtf32"})
     with pytest.raises(ValueError, match="MMA must be 16"):
-        space.validate({**params, "BK": 64}, dtype="float16", family={"layout": "nn"})
+        space.validate({**params, "BK": 64}, dtype="float16", args={"layout": "nn"})
 
 
 def test_float16_operands_with_a_float32_result(rng):
@@ -541,7 +541,7 @@ def test_float16_operands_with_a_float32_result(rng):
     from autotune.core.problem import Problem
 
     params = {**F16_MMA, "BM": 32, "BN": 32, "TM": 4, "TN": 4, "VEC": 4, "SPLIT_K": 2, "SPLIT_ADD": "atomic"}
-    load_space("matmul").validate(params, dtype="float16", family={"layout": "nn", "out_dtype": "float32"})
+    load_space("matmul").validate(params, dtype="float16", args={"layout": "nn", "out_dtype": "float32"})
     k = build_kernel("matmul", params, "float16", out_dtype="float32")
     problem = Problem("matmul", (33, 40, 48), "float16", {"out_dtype": "float32"})
     assert problem.key == "matmul/float16/nn/float32/33x40x48" and problem.out_dtype == "float32"
@@ -613,9 +613,9 @@ def test_the_float16_oracle_refuses_float16_sums(rng):
 def test_precision_rules_of_the_space(dtype, precision, params, message):
     base = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 4, "VEC": 1, "UNROLL_K": 8}
     with pytest.raises(ValueError, match=message):
-        load_space("matmul").validate({**base, **params}, dtype=dtype, family={"layout": "nn", "precision": precision})
+        load_space("matmul").validate({**base, **params}, dtype=dtype, args={"layout": "nn", "precision": precision})
     if precision == "3xtf32" and params.get("TN") == 16:  # one product per step keeps one tile: it fits
-        load_space("matmul").validate({**base, **params}, dtype=dtype, family={"layout": "nn", "precision": "tf32"})
+        load_space("matmul").validate({**base, **params}, dtype=dtype, args={"layout": "nn", "precision": "tf32"})
 
 
 def test_precision_is_float32s_and_keeps_ieee_keys():

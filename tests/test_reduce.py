@@ -43,7 +43,7 @@ CHEAP = {"BLOCK": (32, 64), "WAVES": (1, 2), "ROW_SPLIT": (1, 2), "ITEMS": (1, 2
 def covering(op, axis, dtype):
     """Configurations using every value the tuner may offer for ``dtype`` (the space for that dtype)."""
     family = {"op": op, "axis": axis}
-    sample, uncovered = load_space("reduce").for_dtype(dtype, family).covering_sample(dtype=dtype, family=family,
+    sample, uncovered = load_space("reduce").for_dtype(dtype, family).covering_sample(dtype=dtype, args=family,
                                                                                      cheap=CHEAP)
     assert not uncovered
     return sample
@@ -414,7 +414,7 @@ def check_widening(dtype, shape, axis, params, rng, ops):
         assert problem.out_dtype == ("int64" if (dtype, op) == ("int32", "sum") else dtype)
         atomics = "atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1
         assert kernel.staged == (dtype in ("float16", "bfloat16") and atomics)
-        assert staged(params, dtype, problem.family) == kernel.staged
+        assert staged(params, dtype, problem.args) == kernel.staged
         assert Instance(problem, rng).check(kernel) is None, (op, params)
 
 

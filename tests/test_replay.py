@@ -190,7 +190,7 @@ def test_refinement_measures_the_neighbours_of_the_fastest_so_far(tmp_path):
         trial, config = tuner.ask()
         if handed >= 4 and handed % 3 != 0:
             expected = next(n for _, c in sorted(measured, key=lambda m: m[0])
-                            for n in tuner.space.neighbours(c, dtype="float32", family=PROBLEM.family)
+                            for n in tuner.space.neighbours(c, dtype="float32", args=PROBLEM.args)
                             if config_key(n) not in {config_key(m) for _, m in measured})
             assert config == expected, handed
             refined += 1

@@ -23,7 +23,7 @@ TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
 
 def reduce_record(n=1000, block=64, **changes):
     problem = Problem("reduce", (n,), "float32", {"op": "sum"})
-    params = load_space("reduce").validate({"BLOCK": block, "WAVES": 1}, dtype="float32", family=problem.family)
+    params = load_space("reduce").validate({"BLOCK": block, "WAVES": 1}, dtype="float32", args=problem.args)
     return {**db.entry_record(problem, params, time=TIME, baseline={"median_ms": 2.0, "p20_ms": 2.0, "p80_ms": 2.0},
                               trials=3), **changes}
 
@@ -69,7 +69,7 @@ def test_an_alias_bomb_in_a_database_is_refused_in_well_under_a_second(tmp_path,
 
 def test_an_alias_bomb_in_a_search_space_is_refused(tmp_path):
     path = tmp_path / "space.yaml"
-    path.write_text(f"kernel: reduce\nparams:\n  BLOCK: {{values: [32], doc: {alias_bomb()}}}\n")
+    path.write_text(f"family: reduce\nparams:\n  BLOCK: {{values: [32], doc: {alias_bomb()}}}\n")
     t0 = time.perf_counter()
     with pytest.raises(SpaceError, match="expands to more than") as err:
         load_space("reduce", path)
@@ -142,17 +142,17 @@ def test_a_bad_file_of_another_gpu_model_does_not_break_the_fallback(tmp_path):
 
 
 @pytest.mark.parametrize("body, message", [
-    ("kernel: reduce\nparams:\n  BLOCK: {values: [48]}\n", "values [48] are unknown to the built-in space"),
-    ("kernel: reduce\nparams:\n  ITEMS: {values: [100000]}\n", "values [100000] are unknown to the built-in space"),
-    ("kernel: reduce\nparams:\n  BLOCK: {values: [32], when: {NOPE: [1]}}\n", "'when' names 'NOPE'"),
-    ("kernel: reduce\nparams:\n  ROW_MODE: {values: [warp], when: {axis: [0, 1]}}\n", "may only narrow"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides}]\n", "'args' must list 2 parameter names"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK]}]\n", "must list 2"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK, NOPE]}]\n", "must list 2"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: vector_bytes_at_most, max: 0}]\n", "at least 1"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1}]\n", "needs the integer argument 'max'"),
-    ("kernel: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1, max: 9, step: 2}]\n", "takes no argument 'step'"),
-    ("kernel: reduce\nparams: {}\nextra: 1\n", "unknown key 'extra'"),
+    ("family: reduce\nparams:\n  BLOCK: {values: [48]}\n", "values [48] are unknown to the built-in space"),
+    ("family: reduce\nparams:\n  ITEMS: {values: [100000]}\n", "values [100000] are unknown to the built-in space"),
+    ("family: reduce\nparams:\n  BLOCK: {values: [32], when: {NOPE: [1]}}\n", "'when' names 'NOPE'"),
+    ("family: reduce\nparams:\n  ROW_MODE: {values: [warp], when: {axis: [0, 1]}}\n", "may only narrow"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: divides}]\n", "'args' must list 2 parameter names"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK]}]\n", "must list 2"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: divides, args: [BLOCK, NOPE]}]\n", "must list 2"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: vector_bytes_at_most, max: 0}]\n", "at least 1"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1}]\n", "needs the integer argument 'max'"),
+    ("family: reduce\nparams: {}\nconstraints: [{name: threads_between, min: 1, max: 9, step: 2}]\n", "takes no argument 'step'"),
+    ("family: reduce\nparams: {}\nextra: 1\n", "unknown key 'extra'"),
 ])
 def test_a_space_of_your_own_only_narrows_and_bad_constraints_are_refused_at_load(tmp_path, body, message):
     path = tmp_path / "space.yaml"

@@ -15,7 +15,7 @@ def matmul_space():
 
 
 def test_defaults_validate(matmul_space):
-    params = matmul_space.validate({}, dtype="float32", family={"layout": "nn"})
+    params = matmul_space.validate({}, dtype="float32", args={"layout": "nn"})
     assert params["strategy"] == "tiled" and params["BM"] == 128
 
 
@@ -35,14 +35,14 @@ def test_defaults_validate(matmul_space):
 ])
 def test_bad_parameters_are_rejected_with_their_name(matmul_space, params, message):
     with pytest.raises(ValueError, match=None) as err:
-        matmul_space.validate(params, dtype="float32", family={"layout": "nn"})
+        matmul_space.validate(params, dtype="float32", args={"layout": "nn"})
     assert message in str(err.value)
 
 
 def test_vector_width_depends_on_dtype(matmul_space):
-    matmul_space.validate({"VEC": 4}, dtype="float32", family={"layout": "nn"})
+    matmul_space.validate({"VEC": 4}, dtype="float32", args={"layout": "nn"})
     with pytest.raises(ValueError, match="exceeds a 16-byte vector access"):
-        matmul_space.validate({"VEC": 4}, dtype="float64", family={"layout": "nn"})
+        matmul_space.validate({"VEC": 4}, dtype="float64", args={"layout": "nn"})
 
 
 @pytest.mark.parametrize("dtype, widths", [("float64", (1, 2)), ("float32", (1, 2, 4)),
@@ -54,7 +54,7 @@ def test_a_tuner_is_offered_only_the_vector_widths_its_dtype_can_take(dtype, wid
     assert narrowed.params["VEC"].values == widths
     assert all(narrowed.params[n] == p for n, p in space.params.items() if n != "VEC")
     for vec in space.params["VEC"].values:  # what was dropped is exactly what no configuration may take
-        valid = any(space.violation({**c, "VEC": vec}, dtype=dtype, family=family) is None
+        valid = any(space.violation({**c, "VEC": vec}, dtype=dtype, args=family) is None
                     for c in space.configurations(family))
         assert valid == (vec in widths)
     study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=1))
@@ -64,10 +64,10 @@ def test_a_tuner_is_offered_only_the_vector_widths_its_dtype_can_take(dtype, wid
 
 def test_reduce_parameters_depend_on_axis():
     space = load_space("reduce")
-    assert "ROW_MODE" in space.validate({}, dtype="float32", family={"op": "sum", "axis": 1})
-    assert "COMBINE" not in space.validate({}, dtype="float32", family={"op": "sum", "axis": 0})
+    assert "ROW_MODE" in space.validate({}, dtype="float32", args={"op": "sum", "axis": 1})
+    assert "COMBINE" not in space.validate({}, dtype="float32", args={"op": "sum", "axis": 0})
     with pytest.raises(ValueError, match="COMBINE does not apply"):
-        space.validate({"COMBINE": "atomic"}, dtype="float32", family={"op": "sum", "axis": 1})
+        space.validate({"COMBINE": "atomic"}, dtype="float32", args={"op": "sum", "axis": 1})
 
 
 def test_injection_never_reaches_the_source():
@@ -91,7 +91,7 @@ def test_unknown_kind_and_dtype():
 @pytest.mark.parametrize("family", [{"layout": "nn"}])
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
 def test_covering_sample_uses_every_value(matmul_space, family, dtype):
-    sample, uncovered = matmul_space.covering_sample(dtype=dtype, family=family)
+    sample, uncovered = matmul_space.covering_sample(dtype=dtype, args=family)
     # 16-byte vectors hold two doubles, four floats (eight halves: VEC 8 is float16's); the mma.sync used (MMA > 0)
     # is float64's; vector red.add is float32's; wgmma (and BK 64, its depth, and TMA, its copies) is float16's.
     wgmma = {("BK", 64), ("WGMMA", 1), ("TMA", 0), ("TMA", 1)}
@@ -101,7 +101,7 @@ def test_covering_sample_uses_every_value(matmul_space, family, dtype):
         used = {c[name] for c in sample if name in c}
         assert used == set(param.values) - {v for n, v in uncovered if n == name}, name
     for config in sample:
-        matmul_space.validate(config, dtype=dtype, family=family, fill_defaults=False)
+        matmul_space.validate(config, dtype=dtype, args=family, fill_defaults=False)
 
 
 def write(tmp_path, text):
@@ -112,7 +112,7 @@ def write(tmp_path, text):
 
 def test_user_space_narrows_values(tmp_path):
     path = write(tmp_path, """
-        kernel: matmul
+        family: matmul
         params:
           strategy: {values: [tiled]}
           BM: {values: [64], when: {strategy: [tiled]}}
@@ -126,7 +126,7 @@ def test_a_narrowed_parameter_keeps_the_built_in_default_where_it_still_may(tmp_
     """The built-in starts leave parameters at the built-in defaults out; a narrowed space must read them so
     (TM narrowed to [4, 8] still defaults to 8), or a start would silently become another configuration."""
     path = write(tmp_path, """
-        kernel: matmul
+        family: matmul
         params:
           TM: {values: [4, 8]}
           TN: {values: [2, 4]}
@@ -140,40 +140,40 @@ def test_a_narrowed_parameter_keeps_where_it_applies(tmp_path):
     # PREFETCH applies only to register-staged copies (ASYNC_STAGES = 0); narrowing its values must not make it
     # apply to the cp.async pipeline too.
     path = write(tmp_path, """
-        kernel: matmul
+        family: matmul
         params:
           ASYNC_STAGES: {values: [0, 3]}
           PREFETCH: {values: [1]}
     """)
     space = load_space("matmul", path)
-    assert "PREFETCH" not in space.validate({"ASYNC_STAGES": 3}, dtype="float32", family={"layout": "nn"})
-    assert space.validate({}, dtype="float32", family={"layout": "nn"})["PREFETCH"] == 1
+    assert "PREFETCH" not in space.validate({"ASYNC_STAGES": 3}, dtype="float32", args={"layout": "nn"})
+    assert space.validate({}, dtype="float32", args={"layout": "nn"})["PREFETCH"] == 1
 
 
 def test_accumulator_registers_depend_on_dtype(matmul_space):
     params = {"BM": 256, "BN": 128, "TM": 16, "TN": 8, "VEC": 2}
-    matmul_space.validate(params, dtype="float32", family={"layout": "nn"})
+    matmul_space.validate(params, dtype="float32", args={"layout": "nn"})
     with pytest.raises(ValueError, match="1024 bytes per thread, over 512"):
-        matmul_space.validate(params, dtype="float64", family={"layout": "nn"})
+        matmul_space.validate(params, dtype="float64", args={"layout": "nn"})
 
 
 @pytest.mark.parametrize("body, message", [
-    ("kernel: matmul\nparams: {BM: {values: ['64); import os']}}", "is not a plain name"),
-    ("kernel: matmul\nparams: {XX: {values: [1]}}", "not a parameter of the matmul templates"),
-    ("kernel: matmul\nparams: {BM: {values: [1.5]}}", "values must be all integers or all names"),
-    ("kernel: matmul\nparams: {BM: {values: []}}", "non-empty 'values' list"),
-    ("kernel: matmul\nparams: {A_SMEM: {values: [diagonal]}}", "are unknown"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: eval, args: [BM]}]", "must be a mapping whose 'name'"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: shared_bytes_at_most, max: 'x'}]", "must be an integer"),
-    ("kernel: reduce\nparams: {}", "expected a mapping with 'kernel: matmul'"),
-    ("kernel: matmul\nparams: {BM: !!python/object/apply:os.system ['true']}", "cannot read search space"),
+    ("family: matmul\nparams: {BM: {values: ['64); import os']}}", "is not a plain name"),
+    ("family: matmul\nparams: {XX: {values: [1]}}", "not a parameter of the matmul templates"),
+    ("family: matmul\nparams: {BM: {values: [1.5]}}", "values must be all integers or all names"),
+    ("family: matmul\nparams: {BM: {values: []}}", "non-empty 'values' list"),
+    ("family: matmul\nparams: {A_SMEM: {values: [diagonal]}}", "are unknown"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: eval, args: [BM]}]", "must be a mapping whose 'name'"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nconstraints: [{name: shared_bytes_at_most, max: 'x'}]", "must be an integer"),
+    ("family: reduce\nparams: {}", "expected a mapping with 'family: matmul'"),
+    ("family: matmul\nparams: {BM: !!python/object/apply:os.system ['true']}", "cannot read search space"),
     ("{{{", "cannot read search space"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64, XX: 1}]", "start #1: unknown parameter 'XX'"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64}, {BM: '64); import os'}]",
+    ("family: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64, XX: 1}]", "start #1: unknown parameter 'XX'"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nstarts: [{BM: 64}, {BM: '64); import os'}]",
      "start #2: parameter BM='64); import os' is not allowed"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: [[BM, 64]]", "start #1: must map parameter names"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nstarts: true", "'starts' must be a list, got bool"),
-    ("kernel: matmul\nparams: {BM: {values: [64]}}\nconstraints: 3", "'constraints' must be a list, got int"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nstarts: [[BM, 64]]", "start #1: must map parameter names"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nstarts: true", "'starts' must be a list, got bool"),
+    ("family: matmul\nparams: {BM: {values: [64]}}\nconstraints: 3", "'constraints' must be a list, got int"),
 ])
 def test_malformed_user_space_files(tmp_path, body, message):
     path = tmp_path / "bad.yaml"
@@ -187,10 +187,10 @@ WINNER_FP64 = {"BM": 128, "BN": 128, "BK": 16, "TM": 8, "TN": 8, "VEC": 2, "MMA"
 
 
 def test_tensor_core_variants_are_float64_or_a_tf32_precision(matmul_space):
-    assert matmul_space.validate(WINNER_FP64, dtype="float64", family={"layout": "nn"})["MMA"] == 4
+    assert matmul_space.validate(WINNER_FP64, dtype="float64", args={"layout": "nn"})["MMA"] == 4
     with pytest.raises(ValueError, match="MMA=4 on float32 needs precision tf32 or 3xtf32"):
-        matmul_space.validate(WINNER_FP64, dtype="float32", family={"layout": "nn", "precision": "ieee"})
-    tf32 = matmul_space.validate(WINNER_FP64, dtype="float32", family={"layout": "nn", "precision": "3xtf32"})
+        matmul_space.validate(WINNER_FP64, dtype="float32", args={"layout": "nn", "precision": "ieee"})
+    tf32 = matmul_space.validate(WINNER_FP64, dtype="float32", args={"layout": "nn", "precision": "3xtf32"})
     assert tf32["MMA"] == 4 and tf32["ASYNC_STAGES"] == 0
 
 
@@ -203,18 +203,18 @@ def test_tensor_core_variants_are_float64_or_a_tf32_precision(matmul_space):
 ])
 def test_tensor_core_variants_are_checked(matmul_space, change, message):
     with pytest.raises(ValueError) as err:
-        matmul_space.validate({**WINNER_FP64, **change}, dtype="float64", family={"layout": "nn"})
+        matmul_space.validate({**WINNER_FP64, **change}, dtype="float64", args={"layout": "nn"})
     assert message in str(err.value)
 
 
 def test_neighbours_move_one_parameter_one_step_and_are_valid(matmul_space):
     family = {"layout": "nn"}
     config = matmul_space.validate({"BM": 64, "BN": 128, "BK": 16, "TM": 8, "TN": 4}, dtype="float32",
-                                   family=family)
-    found = matmul_space.neighbours(config, dtype="float32", family=family)
+                                   args=family)
+    found = matmul_space.neighbours(config, dtype="float32", args=family)
     assert found and len({tuple(sorted(c.items())) for c in found}) == len(found)
     for c in found:
-        assert matmul_space.validate(c, dtype="float32", family=family, fill_defaults=False) == c
+        assert matmul_space.validate(c, dtype="float32", args=family, fill_defaults=False) == c
         moved = [k for k in config if k in c and c[k] != config[k]]
         assert len(moved) == 1, (moved, c)
         values = matmul_space.params[moved[0]].values
@@ -224,7 +224,7 @@ def test_neighbours_move_one_parameter_one_step_and_are_valid(matmul_space):
     assert {c["SPLIT_ADD"] for c in found if c.get("SPLIT_K") == 2} == {"atomic", "vector", "last_block"}
     assert not any(c.get("SPLIT_K") == 4 for c in found)
     assert {c.get("BM", 64) for c in found} == {32, 64, 128}
-    back = matmul_space.neighbours({**config, "SPLIT_K": 2, "SPLIT_ADD": "vector"}, dtype="float32", family=family)
+    back = matmul_space.neighbours({**config, "SPLIT_K": 2, "SPLIT_ADD": "vector"}, dtype="float32", args=family)
     assert config in back  # and SPLIT_ADD is dropped again on the way back
 
 
@@ -237,13 +237,13 @@ def test_random_valid_draws_reach_tiled_and_tensor_core_configurations(matmul_sp
 
     family = {"layout": "nn"}
     rng = random.Random(7)
-    drawn = [matmul_space.random_valid(rng, dtype=dtype, family=family) for _ in range(30)]
+    drawn = [matmul_space.random_valid(rng, dtype=dtype, args=family) for _ in range(30)]
     tiled = [c for c in drawn if c["strategy"] == "tiled"]
     assert len(tiled) >= 5
     if dtype == "bfloat16":
         assert all(c["MMA"] == 16 for c in tiled)
     for config in drawn:
-        matmul_space.validate(config, dtype=dtype, family=family, fill_defaults=False)
+        matmul_space.validate(config, dtype=dtype, args=family, fill_defaults=False)
 
 
 def test_random_valid_records_a_strategy_with_no_valid_configuration_and_skips_it(tmp_path):
@@ -252,16 +252,16 @@ def test_random_valid_records_a_strategy_with_no_valid_configuration_and_skips_i
     import random
 
     space = load_space("matmul", write(tmp_path, """
-        kernel: matmul
+        family: matmul
         params:
           strategy: {values: [tiled, naive]}
           VEC: {values: [8]}
     """))
     barren: set = set()
     rng = random.Random(0)
-    drawn = [space.random_valid(rng, dtype="float64", family={"layout": "nn"}, tries=3000, barren=barren)
+    drawn = [space.random_valid(rng, dtype="float64", args={"layout": "nn"}, tries=3000, barren=barren)
              for _ in range(6)]
     assert [c["strategy"] for c in drawn] == ["naive"] * 6 and barren == {"tiled"}
-    skipped = [load_space("matmul").random_valid(rng, dtype="float32", family={"layout": "nn"}, barren={"tiled"})
+    skipped = [load_space("matmul").random_valid(rng, dtype="float32", args={"layout": "nn"}, barren={"tiled"})
                for _ in range(20)]  # tiled is valid here, but recorded as barren: not drawn
     assert {c["strategy"] for c in skipped} == {"naive", "shared16"}

@@ -57,7 +57,7 @@ def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
     """A space with two valid configurations: VEC 4 (16 bytes against a limit of 8) is never offered, the sampler's
     other proposals are pruned (invalid, or the same as one in flight) or answered from the study, and each valid
     configuration is measured exactly once."""
-    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n"
+    tuner = reduce_tuner(tmp_path, "family: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1, 2, 4]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
                          "constraints:\n  - {name: vector_bytes_at_most, max: 8}\n"
                          "  - {name: divides, args: [VEC, ITEMS]}\n", trials=2)
@@ -75,7 +75,7 @@ def test_invalid_and_repeated_samples_cost_no_measurement(tmp_path):
 def test_the_seed_kernel_is_timed_beside_the_search_and_its_failure_is_said(tmp_path, monkeypatch):
     """The seed kernel is compiled in the pool with the variants and timed by the GPU thread: the result carries
     its timing and it is no trial of the study; a seed that fails to compile is reported and the run goes on."""
-    space = "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n" \
+    space = "family: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n" \
             "  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
     lines: list[str] = []
     tuner = reduce_tuner(tmp_path, space, trials=2)
@@ -108,9 +108,9 @@ def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp
     h100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", cc=(9, 0), sm_count=132, l2_bytes=50 << 20)
     tuner = Tuner(Problem("matmul", (8192, 128, 8192), "bfloat16", {}), TuneConfig(state_dir=tmp_path, baseline=False),
                   h100, report=lambda line: None)
-    family = tuner.problem.family
+    family = tuner.problem.args
     tile = next(c for start in tuner.space.starts for c in tuner._start_variants(start) if c["strategy"] == "tiled")
-    seen = [tuner.space.validate({"strategy": name}, dtype="bfloat16", family=family) for name in ("naive", "shared16")]
+    seen = [tuner.space.validate({"strategy": name}, dtype="bfloat16", args=family) for name in ("naive", "shared16")]
     for config in seen + [tile]:
         trial = tuner.study.ask()
         trial.set_user_attr("config", config)
@@ -124,7 +124,7 @@ def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp
 
 
 def test_starting_configurations_are_measured_first_where_valid(tmp_path):
-    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+    tuner = reduce_tuner(tmp_path, "family: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1, 2]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
                          "constraints:\n  - {name: divides, args: [VEC, ITEMS]}\n"
                          "starts:\n  - {BLOCK: 128, VEC: 2}\n  - {BLOCK: 64}\n", trials=1)
@@ -138,7 +138,7 @@ def test_starting_configurations_are_measured_first_where_valid(tmp_path):
 
 def test_nearby_shapes_winners_are_measured_right_after_the_incumbent(tmp_path):
     neighbours = [{"BLOCK": 64, "VEC": 4}, {"BLOCK": 128}]  # the first is not in this space
-    tuner = reduce_tuner(tmp_path, "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+    tuner = reduce_tuner(tmp_path, "family: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                          "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n"
                          "starts:\n  - {BLOCK: 64}\n", trials=6, incumbent={"BLOCK": 32}, neighbours=neighbours)
     tuner.run()
@@ -154,7 +154,7 @@ def test_the_database_winner_is_measured_first_and_a_fair_result_replaces_it(tmp
     from autotune.tuning import report
 
     space = tmp_path / "space.yaml"
-    space.write_text("kernel: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+    space.write_text("family: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
                      "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n")
     problem = Problem("reduce", (33,), "float32", {"op": "max"})
     device = current_device()
@@ -236,7 +236,7 @@ def test_starts_take_at_most_half_the_trials_each_in_its_best_fitted_form_first(
     queued = [t.system_attrs["fixed_params"] for t in tuner.study.get_trials(states=(TrialState.WAITING,))]
     forms = [tuner._start_variants(s) for s in tuner.space.starts]
     expected = []
-    for config in [tuner.space.validate(incumbent, dtype="float32", family=tuner.problem.family)] + \
+    for config in [tuner.space.validate(incumbent, dtype="float32", args=tuner.problem.args)] + \
             [f[0] for f in forms if f] + [c for f in forms for c in f[1:]]:
         if study_params(tuner.space, config) not in expected:
             expected.append(study_params(tuner.space, config))
@@ -395,7 +395,7 @@ def test_problems_share_a_warm_compile_pool_until_one_leaves_a_compile_running(t
     pool, and the next problem gets a fresh one."""
     from autotune.tuning.worker import CompilePools
 
-    space = "kernel: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n"
+    space = "family: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n"
     with CompilePools(2) as pools:
         first = pools.get()
         pids = set(first._processes)

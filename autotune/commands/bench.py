@@ -39,8 +39,8 @@ def missing_optional() -> list[str]:
 
 
 def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
-    space = load_space(problem.kind)
-    return [(name, space.restrict(p, dtype=problem.dtype, family=problem.family))
+    space = load_space(problem.family)
+    return [(name, space.restrict(p, dtype=problem.dtype, args=problem.args))
             for name, p in problem.impl.seeds()]
 
 
@@ -51,7 +51,7 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
     params, note = choose(problem, folders)
     rows = []
     for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds_of(problem)]:
-        kernel = build_kernel(problem.kind, p, problem.dtype, **problem.family)
+        kernel = build_kernel(problem.family, p, problem.dtype, **problem.args)
         error = inst.check(kernel)
         if error:
             rows.append({"name": name, "error": error})
@@ -76,8 +76,8 @@ def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
     jobs = []
     for problem in problems:
         for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:
-            jobs.append(job_for(problem, load_space(problem.kind).validate(p, dtype=problem.dtype,
-                                                                           family=problem.family)))
+            jobs.append(job_for(problem, load_space(problem.family).validate(p, dtype=problem.dtype,
+                                                                           args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
     with CompilePool(workers) as pool:
@@ -115,7 +115,7 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)
-    kind = problems[0].kind
+    kind = problems[0].family
     name = problems[0].impl.bench_name(problems[0])
     command = "autotune " + " ".join(measuring_arguments(sys.argv[1:]))
     header = (f"# autotune bench {kind} on {device.name}\n\n"

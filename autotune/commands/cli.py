@@ -534,7 +534,7 @@ def record_sweep(args, problems: list, config, device, pools) -> int:
     if len(problems) != 1:
         raise ValueError("--record-sweep records one problem: give exactly one --shape")
     problem, path = problems[0], Path(args.record_sweep)
-    valid = valid_configurations(load_space(problem.kind, config.space_path), problem)
+    valid = valid_configurations(load_space(problem.family, config.space_path), problem)
     config.sampler, config.trials, config.baseline = "grid", len(valid), False
     space_tag = Path(config.space_path).name if config.space_path else "built-in space"
     print(f"recording a sweep of {problem.key} on {device.name}: {len(valid)} valid configurations "
@@ -642,6 +642,8 @@ def run_show(args) -> int:
 
 
 def run_db_check(args) -> int:
+    from ..runtime.db import family_of
+
     files, problems, folders = _database_files(args)
     print("checking, in the order lookups read them: " + ", ".join(map(str, folders)))
     if not files and not problems:
@@ -655,7 +657,7 @@ def run_db_check(args) -> int:
         bad += len(f.problems)
         print(f"{'ok  ' if not f.problems else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})")
         for name in f.foreign_families:
-            count = sum(raw.get("kernel") == name for raw in f.foreign)
+            count = sum(family_of(raw) == name for raw in f.foreign)
             print(f"     {count} entries of the family {name!r}, not registered here: kept, not checked "
                   f"(--family PATH checks them)")
     return 1 if bad else 0

@@ -41,7 +41,7 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
             sample, _ = space.covering_sample(dtype=dtype, family=impl.family_args(**args),
                                               seed=int(rng.integers(1 << 30)), cheap=cheap)
             extras = [p for p in getattr(impl, "selftest_extras", lambda: [])()  # those that apply to dtype
-                      if space.checked_or_none(p, dtype=dtype, family=impl.family_args(**args)) is not None]
+                      if space.checked_or_none(p, dtype=dtype, args=impl.family_args(**args)) is not None]
             if small:  # one odd shape: a prime-sized array, or a matrix no tile divides
                 sample = sample[:SIMULATOR_VARIANTS]
                 shapes = shapes[1:2]
@@ -143,9 +143,9 @@ def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
                 j = jobs[key]
                 if report.stage in SKIPPED_STAGES:
                     dropped.add(key)
-                    print(f"SKIP {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
+                    print(f"SKIP {j.family} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
                 else:  # checked all the same: its checks fail and count
-                    print(f"COMPILE FAIL {j.kind} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
+                    print(f"COMPILE FAIL {j.family} {j.dtype} {j.args} {j.params}: {report.reason}", file=out, flush=True)
             elif report.resources and report.resources["spill_stores"]:
                 spills += 1
             if done % 25 == 0 or done == len(jobs):

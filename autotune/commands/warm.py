@@ -93,7 +93,7 @@ def warm_one(job: Job, cc: tuple[int, int] | None) -> WarmResult:
     t0 = time.perf_counter()
     key = job.problem().key
     try:
-        report = compile_ahead_report(build_kernel(job.kind, job.params, job.dtype, **job.args), cc)
+        report = compile_ahead_report(build_kernel(job.family, job.params, job.dtype, **job.args), cc)
     except Exception as exc:
         return WarmResult(key, False, time.perf_counter() - t0, reason=f"{type(exc).__name__}: {exc}"[:300])
     return WarmResult(key, True, time.perf_counter() - t0, report.registers, report.spill_stores + report.spill_loads)
@@ -122,7 +122,7 @@ def _entries(db: str | None, wanted) -> list[Entry]:
     seen, entries = set(), []
     for f in files:
         for e in f.entries:
-            key = (e.problem.kind, e.problem.dtype, tuple(sorted(e.problem.family.items(), key=str)),
+            key = (e.problem.family, e.problem.dtype, tuple(sorted(e.problem.args.items(), key=str)),
                    tuple(sorted(e.params.items())))
             if key not in seen:
                 seen.add(key)

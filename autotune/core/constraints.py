@@ -28,8 +28,8 @@ class Context:
     """What a predicate may look at besides the parameters."""
 
     dtype: str
-    family: Mapping[str, Any]
-    kernel: "KernelFamily | None" = None
+    args: Mapping[str, Any]
+    impl: "KernelFamily | None" = None
 
     @property
     def itemsize(self) -> int:
@@ -56,7 +56,7 @@ def _divides(p, ctx, args):
 
 
 def _threads_between(p, ctx, min, max):
-    n = ctx.kernel.threads(p)
+    n = ctx.impl.threads(p)
     if not min <= n <= max:
         return f"threads per block = {n} must lie in [{min}, {max}]"
     return None
@@ -69,7 +69,7 @@ def _vector_bytes_at_most(p, ctx, max):
 
 
 def _shared_bytes_at_most(p, ctx, max):
-    n = ctx.kernel.shared_bytes(p, ctx.itemsize)
+    n = ctx.impl.shared_bytes(p, ctx.itemsize)
     if n > max:
         return f"shared memory {n} bytes per block exceeds {max}"
     return None
@@ -90,9 +90,9 @@ HARDWARE_LIMITS: tuple[dict[str, Any], ...] = (
 )
 
 
-def predicates_of(kernel: "KernelFamily") -> dict[str, Predicate]:
+def predicates_of(impl: "KernelFamily") -> dict[str, Predicate]:
     """The predicates a family's spaces may name: the generic ones and the family's own."""
-    return {**PREDICATES, **dict(kernel.predicates)}
+    return {**PREDICATES, **dict(impl.predicates)}
 
 
 @dataclass(frozen=True)

@@ -294,8 +294,8 @@ class KernelFamily(abc.ABC):
 
     def bench_name(self, problem: "Problem") -> str:
         """File name stem of a bench table (one per family, arguments and dtype)."""
-        text = self.args_text(problem.family)
-        parts = [self.name, *(str(text[a.name]) for a in self.args if a.written(problem.family[a.name]))]
+        text = self.args_text(problem.args)
+        parts = [self.name, *(str(text[a.name]) for a in self.args if a.written(problem.args[a.name]))]
         return "-".join(parts) + ("" if problem.dtype == "float32" else f"-{problem.dtype}")
 
     def __repr__(self) -> str:

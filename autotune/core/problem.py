@@ -59,38 +59,38 @@ def dtype_name(dtype: Any) -> str:
 
 @dataclass(frozen=True)
 class Problem:
-    """``kind``: the family's name; ``family``: its arguments, validated and completed with defaults."""
+    """``family``: the family's name; ``args``: its arguments, validated and completed with defaults."""
 
-    kind: str
+    family: str
     shape: tuple[int, ...]
     dtype: str = "float32"
-    family: Mapping[str, Any] = field(default_factory=dict)
+    args: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self):
-        impl = family_named(self.kind)
+        impl = family_named(self.family)
         try:
-            args = impl.family_args(**dict(self.family))
+            args = impl.family_args(**dict(self.args))
         except TypeError as exc:
-            raise ValueError(f"{self.kind}: {exc}") from None
+            raise ValueError(f"{self.family}: {exc}") from None
         object.__setattr__(self, "dtype", dtype_name(self.dtype))
         if self.dtype not in impl.dtypes:
-            raise ValueError(f"dtype {self.dtype!r} is not supported by {self.kind}; supported: "
+            raise ValueError(f"dtype {self.dtype!r} is not supported by {self.family}; supported: "
                              f"{', '.join(impl.dtypes)}")
         object.__setattr__(self, "shape", check_dims(self.shape))
         args = impl.canonical_args(self.shape, args)
-        object.__setattr__(self, "family", args)
+        object.__setattr__(self, "args", args)
         impl.check_shape(self.shape, args)
         impl.check_dtype(self.dtype, args)
 
     @property
     def impl(self):
         """The ``KernelFamily`` this problem belongs to."""
-        return family_named(self.kind)
+        return family_named(self.family)
 
     @property
     def key(self) -> str:
         """A stable name: 'matmul/float32/nn/4096x4096x4096', 'reduce/float32/sum/axis1/16384x16384'."""
-        return f"{self.kind}/{self.dtype}/{self.impl.key_tag(self.family)}/{shape_text(self.shape)}"
+        return f"{self.family}/{self.dtype}/{self.impl.key_tag(self.args)}/{shape_text(self.shape)}"
 
     @property
     def work(self) -> float:

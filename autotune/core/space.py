@@ -25,7 +25,8 @@ if TYPE_CHECKING:
     from .family import KernelFamily
 
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
-_TOP_LEVEL = ("kernel", "params", "constraints", "starts")
+_TOP_LEVEL = ("family", "params", "constraints", "starts")
+_OLD_NAMES = {"kernel": "family"}  # a space file's keys as the first releases named them, still read
 
 
 class SpaceError(ValueError):
@@ -52,52 +53,52 @@ class Param:
 
 @dataclass(frozen=True)
 class SearchSpace:
-    kernel: str
+    family: str
     params: Mapping[str, Param]
     constraints: tuple[Rule, ...]
     path: str
     starts: tuple[Mapping[str, Any], ...] = ()
     impl: "KernelFamily" = field(default=None, repr=False, compare=False)
 
-    def _context(self, family: Mapping[str, Any]) -> dict[str, Any]:
+    def _context(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """What ``when`` conditions see before any value is chosen: every parameter at its default (one that
         does not apply has its default's meaning, as in database entries), then the family arguments (a
         reduction's axis None is 'all')."""
         context = {p.name: p.default for p in self.params.values()}
-        context.update(family)
+        context.update(args)
         for arg in self.impl.args:
             if arg.name in context:
                 context[arg.name] = arg.text(context[arg.name])
         return context
 
     # -- which parameters apply -------------------------------------------------------------------
-    def active(self, partial: Mapping[str, Any], family: Mapping[str, Any]) -> list[Param]:
+    def active(self, partial: Mapping[str, Any], args: Mapping[str, Any]) -> list[Param]:
         """Parameters that apply given the values chosen so far, in file order (conditions look back only; a
         parameter not chosen, because it does not apply, reads as its default)."""
-        context = {**self._context(family), **partial}
+        context = {**self._context(args), **partial}
         return [p for p in self.params.values() if p.applies(context)]
 
-    def applies(self, param: Param, chosen: Mapping[str, Any], family: Mapping[str, Any]) -> bool:
+    def applies(self, param: Param, chosen: Mapping[str, Any], args: Mapping[str, Any]) -> bool:
         """Whether ``param`` applies given the values chosen so far and the family arguments."""
-        return param.applies({**self._context(family), **chosen})
+        return param.applies({**self._context(args), **chosen})
 
-    def defaults(self, family: Mapping[str, Any]) -> dict[str, Any]:
-        return self._applicable({}, family)
+    def defaults(self, args: Mapping[str, Any]) -> dict[str, Any]:
+        return self._applicable({}, args)
 
     # -- validation -------------------------------------------------------------------------------
-    def validate(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any] | None = None,
+    def validate(self, params: Mapping[str, Any], *, dtype: str, args: Mapping[str, Any] | None = None,
                  fill_defaults: bool = True) -> dict[str, Any]:
         """The configuration as checked, in file order; ValueError naming the parameter otherwise."""
-        family = family or {}
+        args = args or {}
         if dtype not in self.impl.dtypes:
-            raise ValueError(f"dtype {dtype!r} is not supported by {self.kernel}; allowed: {', '.join(self.impl.dtypes)}")
+            raise ValueError(f"dtype {dtype!r} is not supported by {self.family}; allowed: {', '.join(self.impl.dtypes)}")
         if not isinstance(params, Mapping):
             raise ValueError(f"parameters must be a mapping of names to values, got {type(params).__name__}")
         unknown = [k for k in params if k not in self.params]
         if unknown:
-            raise ValueError(f"unknown parameter {unknown[0]!r} for {self.kernel}; known: {', '.join(self.params)}")
+            raise ValueError(f"unknown parameter {unknown[0]!r} for {self.family}; known: {', '.join(self.params)}")
         chosen: dict[str, Any] = {}
-        context = self._context(family)
+        context = self._context(args)
         for p in self.params.values():
             if not p.applies({**context, **chosen}):
                 if p.name in params:
@@ -110,29 +111,29 @@ class SearchSpace:
                 chosen[p.name] = p.default
             else:
                 raise ValueError(f"parameter {p.name} is missing")
-        problem = self.violation(chosen, dtype=dtype, family=family)
+        problem = self.violation(chosen, dtype=dtype, args=args)
         if problem:
-            raise ValueError(f"invalid {self.kernel} configuration: {problem}")
+            raise ValueError(f"invalid {self.family} configuration: {problem}")
         return chosen
 
-    def restrict(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> dict[str, Any]:
+    def restrict(self, params: Mapping[str, Any], *, dtype: str, args: Mapping[str, Any]) -> dict[str, Any]:
         """``params`` validated after dropping those that do not apply to ``family`` (seed kernels are written
         once for every family, e.g. a COMBINE that only whole-array reductions have)."""
-        applicable = self.defaults({**family, **params})
-        return self.validate({k: v for k, v in params.items() if k in applicable}, dtype=dtype, family=family)
+        applicable = self.defaults({**args, **params})
+        return self.validate({k: v for k, v in params.items() if k in applicable}, dtype=dtype, args=args)
 
     def checked_or_none(self, params: Mapping[str, Any], *, dtype: str,
-                        family: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+                        args: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
         """``validate``'s configuration, or None where it is not valid here (a configuration listed once for a
         family that may not apply to this dtype or problem: a start, a selftest extra)."""
         try:
-            return self.validate(params, dtype=dtype, family=family)
+            return self.validate(params, dtype=dtype, args=args)
         except ValueError:
             return None
 
-    def violation(self, params: Mapping[str, Any], *, dtype: str, family: Mapping[str, Any]) -> str | None:
+    def violation(self, params: Mapping[str, Any], *, dtype: str, args: Mapping[str, Any]) -> str | None:
         """The first constraint the (type-checked) configuration breaks, as a sentence, or None."""
-        ctx = Context(dtype=dtype, family=family, kernel=self.impl)
+        ctx = Context(dtype=dtype, args=args, impl=self.impl)
         for constraint in (*self.constraints, *_hardware_limits()):
             if not constraint.needs() <= params.keys():
                 continue
@@ -141,12 +142,12 @@ class SearchSpace:
                 return message
         return None
 
-    def for_dtype(self, dtype: str, family: Mapping[str, Any]) -> SearchSpace:
+    def for_dtype(self, dtype: str, args: Mapping[str, Any]) -> SearchSpace:
         """This space without the values no configuration may take for ``dtype``: those that a constraint on
         that parameter alone rules out (VEC 8 of a 4-byte dtype breaks the 16-byte vector limit whatever else is
         chosen). A tuner samples from it, so a value added for one dtype is never offered for another and leaves
         that dtype's search as it was; the values kept keep their order (and so their sampler indices)."""
-        ctx = Context(dtype=dtype, family=family, kernel=self.impl)
+        ctx = Context(dtype=dtype, args=args, impl=self.impl)
         rules = (*self.constraints, *_hardware_limits())
         params = dict(self.params)
         for name, p in self.params.items():
@@ -157,21 +158,21 @@ class SearchSpace:
         return replace(self, params=params)
 
     # -- enumeration and sampling -----------------------------------------------------------------
-    def configurations(self, family: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+    def configurations(self, args: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Every assignment of the applicable parameters (constraints not applied), in a fixed order."""
         def extend(chosen: dict[str, Any], rest: list[Param]) -> Iterator[dict[str, Any]]:
             if not rest:
                 yield dict(chosen)
                 return
             head, tail = rest[0], rest[1:]
-            if not head.applies({**self._context(family), **chosen}):
+            if not head.applies({**self._context(args), **chosen}):
                 yield from extend(chosen, tail)
                 return
             for value in head.values:
                 yield from extend({**chosen, head.name: value}, tail)
         yield from extend({}, list(self.params.values()))
 
-    def covering_sample(self, *, dtype: str, family: Mapping[str, Any], seed: int = 0, tries: int = 20000,
+    def covering_sample(self, *, dtype: str, args: Mapping[str, Any], seed: int = 0, tries: int = 20000,
                         cheap: Mapping[str, tuple] | None = None,
                         candidates: int = 1) -> tuple[list[dict[str, Any]], set[tuple[str, Any]]]:
         """Valid configurations that together use every allowed value of every applicable parameter.
@@ -185,8 +186,8 @@ class SearchSpace:
         pairs that ``for_dtype`` rules out are left, no more are drawn: none of them can be valid.
         """
         rng = random.Random(seed)
-        wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, family) for v in p.values}
-        possible = {(p.name, v) for p in self.for_dtype(dtype, family).params.values() for v in p.values}
+        wanted = {(p.name, v) for p in self.params.values() if self._reachable(p.name, args) for v in p.values}
+        possible = {(p.name, v) for p in self.for_dtype(dtype, args).params.values() for v in p.values}
         kept: list[dict[str, Any]] = []
         cheap = dict(cheap or {})
         # Narrowed as asked first; then, for values the narrowing cannot reach, with one parameter at a time
@@ -197,8 +198,8 @@ class SearchSpace:
                 if not wanted & possible:
                     break
                 target = rng.choice(sorted(wanted, key=repr))
-                drawn = (self._random_config(rng, family, pin=target, cheap=narrowing) for _ in range(candidates))
-                valid = [c for c in drawn if c is not None and not self.violation(c, dtype=dtype, family=family)]
+                drawn = (self._random_config(rng, args, pin=target, cheap=narrowing) for _ in range(candidates))
+                valid = [c for c in drawn if c is not None and not self.violation(c, dtype=dtype, args=args)]
                 if not valid:
                     continue
                 config = min(valid, key=lambda c: sum(v not in cheap.get(k, (v,)) for k, v in c.items()))
@@ -208,7 +209,7 @@ class SearchSpace:
                     wanted -= new
         return kept, wanted
 
-    def random_valid(self, rng: random.Random, *, dtype: str, family: Mapping[str, Any], tries: int = 100000,
+    def random_valid(self, rng: random.Random, *, dtype: str, args: Mapping[str, Any], tries: int = 100000,
                      barren: set | None = None) -> dict[str, Any] | None:
         """A random configuration that satisfies every constraint: the first parameter's value (a matmul's
         strategy) drawn uniformly, then the others uniformly by rejection sampling; a value none of whose
@@ -221,17 +222,17 @@ class SearchSpace:
         rng.shuffle(values)
         for value in values:
             for _ in range(tries // len(first.values)):
-                config = self._random_config(rng, family, pin=(first.name, value), cheap={})
+                config = self._random_config(rng, args, pin=(first.name, value), cheap={})
                 if config is None:  # the first parameter does not apply for these family arguments
                     break
-                if not self.violation(config, dtype=dtype, family=family):
+                if not self.violation(config, dtype=dtype, args=args):
                     return config
             if barren is not None:
                 barren.add(value)
         return None
 
     def neighbours(self, config: Mapping[str, Any], *, dtype: str,
-                   family: Mapping[str, Any]) -> list[dict[str, Any]]:
+                   args: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The valid configurations one step from ``config``: one parameter moved to the next value up or down
         (integers, whose values are ordered) or to any other value (names). Parameters the move makes apply
         take their defaults, or each of their values where the move brings in just one (SPLIT_K 1 -> 2 brings
@@ -247,27 +248,27 @@ class SearchSpace:
             else:
                 moves = [v for v in p.values if v != config[p.name]]
             for value in moves:
-                base = self._applicable({**config, p.name: value}, family)
+                base = self._applicable({**config, p.name: value}, args)
                 new = [name for name in base if name not in config]
                 variants = [base] if len(new) != 1 else \
-                    [self._applicable({**base, new[0]: v}, family) for v in self.params[new[0]].values]
+                    [self._applicable({**base, new[0]: v}, args) for v in self.params[new[0]].values]
                 for candidate in variants:
-                    if not self.violation(candidate, dtype=dtype, family=family):
+                    if not self.violation(candidate, dtype=dtype, args=args):
                         found.setdefault(config_key(candidate), candidate)
         return list(found.values())
 
-    def _applicable(self, given: Mapping[str, Any], family: Mapping[str, Any]) -> dict[str, Any]:
+    def _applicable(self, given: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
         """``given``'s values of the parameters that apply with them, the others that apply at their defaults."""
         chosen: dict[str, Any] = {}
         for p in self.params.values():
-            if p.applies({**self._context(family), **chosen}):
+            if p.applies({**self._context(args), **chosen}):
                 chosen[p.name] = given.get(p.name, p.default)
         return chosen
 
-    def _random_config(self, rng: random.Random, family, pin, cheap) -> dict[str, Any] | None:
+    def _random_config(self, rng: random.Random, args, pin, cheap) -> dict[str, Any] | None:
         chosen: dict[str, Any] = {}
         for p in self.params.values():
-            if not p.applies({**self._context(family), **chosen}):
+            if not p.applies({**self._context(args), **chosen}):
                 if p.name == pin[0]:
                     return None
                 continue
@@ -275,10 +276,10 @@ class SearchSpace:
             chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(values)
         return chosen
 
-    def _reachable(self, name: str, family) -> bool:
+    def _reachable(self, name: str, args) -> bool:
         """Whether the parameter can apply at all for these family arguments (conditions on other parameters
         may yet hold)."""
-        context = self._context(family)
+        context = self._context(args)
         args = {arg.name for arg in self.impl.args}
         when = self.params[name].when
         return all(key not in args or key not in context or context[key] in allowed for key, allowed in when.items())
@@ -299,10 +300,10 @@ def _when_text(when: Mapping[str, tuple]) -> str:
 
 
 # -- loading ----------------------------------------------------------------------------------------
-def load_space(kernel: str, path: str | Path | None = None) -> SearchSpace:
+def load_space(family: str, path: str | Path | None = None) -> SearchSpace:
     """The family's search space, narrowed by the user's file at ``path`` if given (ValueError for an unknown
     family, SpaceError naming the file for a bad one). Each file is parsed once per process while unchanged."""
-    impl = family_named(kernel)
+    impl = family_named(family)
     builtin = _cached(impl, str(impl.space_file), None)
     if path is None:
         return builtin
@@ -331,9 +332,11 @@ def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) 
         data = read_yaml(path)
     except YamlFileError as exc:
         raise SpaceError(f"cannot read search space: {exc}") from None
-    kernel = impl.name
-    if not isinstance(data, dict) or data.get("kernel") != kernel or not isinstance(data.get("params"), dict):
-        raise SpaceError(f"{where}: expected a mapping with 'kernel: {kernel}' and a 'params' mapping")
+    family = impl.name
+    if isinstance(data, dict):
+        data = _renamed(where, data)
+    if not isinstance(data, dict) or data.get("family") != family or not isinstance(data.get("params"), dict):
+        raise SpaceError(f"{where}: expected a mapping with 'family: {family}' and a 'params' mapping")
     unknown = sorted(str(k) for k in data if k not in _TOP_LEVEL)
     if unknown:
         raise SpaceError(f"{where}: unknown key {unknown[0]!r}; a search space has {', '.join(_TOP_LEVEL)}")
@@ -347,7 +350,7 @@ def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) 
         bad = sorted(k for k in p.when if k not in params and k not in arg_names)
         if bad:
             raise SpaceError(f"{where}: parameter {p.name!r}: 'when' names {bad[0]!r}, which is neither a parameter "
-                             f"nor an argument of {kernel} ({', '.join([*params, *sorted(arg_names)])})")
+                             f"nor an argument of {family} ({', '.join([*params, *sorted(arg_names)])})")
     known = predicates_of(impl)
     constraints = []
     for i, spec in enumerate(_list_of(where, data, "constraints")):
@@ -360,8 +363,18 @@ def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) 
     starts = tuple(_parse_start(where, i, c, params) for i, c in enumerate(_list_of(where, data, "starts")))
     if builtin is not None:
         starts = builtin.starts + starts
-    return SearchSpace(kernel=kernel, params=params, constraints=tuple(constraints), path=where, starts=starts,
+    return SearchSpace(family=family, params=params, constraints=tuple(constraints), path=where, starts=starts,
                        impl=impl)
+
+
+def _renamed(where: str, data: dict) -> dict:
+    """``data`` with its keys under today's names (``kernel`` is read as ``family``); both given is an error."""
+    for old, new in _OLD_NAMES.items():
+        if old in data:
+            if new in data:
+                raise SpaceError(f"{where}: both {old!r} and {new!r} are given; {old!r} is the old name of {new!r}")
+            data = {(new if k == old else k): v for k, v in data.items()}
+    return data
 
 
 def _list_of(where: str, data: Mapping[str, Any], key: str) -> list:
@@ -395,7 +408,7 @@ def _parse_param(where: str, name: Any, spec: Any, builtin: SearchSpace | None) 
     if not isinstance(name, str) or not _NAME.fullmatch(name):
         raise SpaceError(f"{here}: a parameter name must be an identifier")
     if builtin is not None and name not in builtin.params:
-        raise SpaceError(f"{here}: not a parameter of the {builtin.kernel} templates; known: {', '.join(builtin.params)}")
+        raise SpaceError(f"{here}: not a parameter of the {builtin.family} templates; known: {', '.join(builtin.params)}")
     if not isinstance(spec, dict) or not isinstance(spec.get("values"), list) or not spec["values"]:
         raise SpaceError(f"{here}: needs a non-empty 'values' list")
     extra = sorted(str(k) for k in spec if k not in ("values", "default", "when", "doc"))

@@ -19,27 +19,27 @@ _cache: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
-def family_args(kind: str, args: Mapping[str, Any]) -> dict[str, Any]:
+def family_args(family: str, args: Mapping[str, Any]) -> dict[str, Any]:
     """The family's arguments, validated and completed (ValueError naming the family otherwise)."""
     try:
-        return family_named(kind).family_args(**args)
+        return family_named(family).family_args(**args)
     except TypeError as exc:
-        raise ValueError(f"{kind}: {exc}") from None
+        raise ValueError(f"{family}: {exc}") from None
 
 
-def render_source(kind: str, params: Mapping[str, Any], dtype: str = "float32", *, simulator: bool | None = None,
+def render_source(family: str, params: Mapping[str, Any], dtype: str = "float32", *, simulator: bool | None = None,
                   space=None, **args) -> tuple[dict[str, Any], dict[str, Any], str]:
     """Validated parameters, family arguments and the rendered source."""
-    impl = family_named(kind)
-    family = family_args(kind, args)
-    space = space or load_space(kind)
-    checked = space.validate(params, dtype=dtype_name(dtype), family=family)
+    impl = family_named(family)
+    checked_args = family_args(family, args)
+    space = space or load_space(family)
+    checked = space.validate(params, dtype=dtype_name(dtype), args=checked_args)
     sim = backend.simulator() if simulator is None else simulator
-    context = impl.template_context(checked, dtype_name(dtype), family, sim)
-    return checked, family, render(impl, impl.template(checked), context)
+    context = impl.template_context(checked, dtype_name(dtype), checked_args, sim)
+    return checked, checked_args, render(impl, impl.template(checked), context)
 
 
-def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", *, space=None,
+def build_kernel(family: str, params: Mapping[str, Any] | None = None, dtype: str = "float32", *, space=None,
                  **family_args):
     """The callable kernel object for one configuration (validated against the kernel's search space).
 
@@ -49,11 +49,11 @@ def build_kernel(kind: str, params: Mapping[str, Any] | None = None, dtype: str 
     """
     dtype = dtype_name(dtype)
     simulator = backend.simulator()
-    checked, family, source = render_source(kind, params or {}, dtype, space=space, simulator=simulator,
-                                            **family_args)
-    key = (kind, dtype, tuple(sorted(family.items(), key=str)), source)
+    checked, args, source = render_source(family, params or {}, dtype, space=space, simulator=simulator,
+                                          **family_args)
+    key = (family, dtype, tuple(sorted(args.items(), key=str)), source)
     with _lock:
         if key not in _cache:
             module = load_source(source)
-            _cache[key] = family_named(kind).make_kernel(module, checked, dtype, family, source, simulator)
+            _cache[key] = family_named(family).make_kernel(module, checked, dtype, args, source, simulator)
         return _cache[key]

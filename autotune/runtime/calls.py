@@ -113,19 +113,19 @@ def collapse(shape: tuple[int, ...], axes: tuple[int, ...]) -> tuple[int, int, i
     return (math.prod(shape[:axes[0]]), math.prod(shape[axes[0]:axes[-1] + 1]), math.prod(shape[axes[-1] + 1:]))
 
 
-def tuned_kernel(kind: str, shape: tuple[int, ...], dtype: str, **args):
+def tuned_kernel(family: str, shape: tuple[int, ...], dtype: str, **args):
     """The tuned kernel for this problem, kept per problem and database folders for the process (the lookup's
     warnings once; a changed ``$AUTOTUNE_DB`` is read)."""
     from .lookup import get_best_kernel, lookup_folders
 
-    key = (kind, shape, dtype, tuple(sorted(args.items(), key=str)), tuple(map(str, lookup_folders())))
+    key = (family, shape, dtype, tuple(sorted(args.items(), key=str)), tuple(map(str, lookup_folders())))
     kernel = _kernels.get(key)
     if kernel is None:
 
         with _lock:
             kernel = _kernels.get(key)
             if kernel is None:
-                kernel = _kernels[key] = get_best_kernel(kind, shape, dtype, **args)
+                kernel = _kernels[key] = get_best_kernel(family, shape, dtype, **args)
     return kernel
 
 
@@ -133,19 +133,20 @@ def device_input(x, name: str):
     return arrays.to_device(x, name)
 
 
-def input_dtype(kind: str, op: str, d) -> str:
-    """The dtype of ``d``'s elements, one the family ``kind`` computes in (TypeError naming those otherwise)."""
-    from ..core.registry import family
+def input_dtype(family: str, op: str, d) -> str:
+    """The dtype of ``d``'s elements, one the family named ``family`` computes in (TypeError naming those
+    otherwise)."""
+    from ..core.registry import family as family_named
 
-    name, supported = np.dtype(d.dtype).name, family(kind).dtypes
+    name, supported = np.dtype(d.dtype).name, family_named(family).dtypes
     if name not in supported:
-        raise TypeError(f"{op}: autotune's {kind} takes {', '.join(supported)} arrays; got {name} (convert it, "
+        raise TypeError(f"{op}: autotune's {family} takes {', '.join(supported)} arrays; got {name} (convert it, "
                         f"e.g. x.astype(np.{supported[0]}))")
     return name
 
 
-def same_dtype(kind: str, op: str, a, b) -> str:
-    name = input_dtype(kind, op, a)
+def same_dtype(family: str, op: str, a, b) -> str:
+    name = input_dtype(family, op, a)
     if np.dtype(b.dtype).name != name:
         raise TypeError(f"{op}: operands differ in dtype ({name} and {np.dtype(b.dtype).name}); autotune does not "
                         f"promote: convert one")

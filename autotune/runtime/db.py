@@ -34,9 +34,11 @@ from ..core.timing import Timing
 from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
 
 SCHEMA = 1
-STANDARD_FIELDS = ("kernel", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
+STANDARD_FIELDS = ("family", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
                    "template_hash", "trials", "date", "resources")
-REQUIRED = ("kernel", "dtype", "shape", "params", "time")
+REQUIRED = ("family", "dtype", "shape", "params", "time")
+#: an entry's fields as the first releases named them: read, and written under today's name
+OLD_FIELDS = {"kernel": "family"}
 MAX_MS = 1e9  # a time beyond 11 days is no measurement
 MAX_NUMBER = 1e15
 
@@ -73,7 +75,7 @@ class DbFile:
 
     @property
     def foreign_families(self) -> list[str]:
-        return sorted({str(raw.get("kernel")) for raw in self.foreign})
+        return sorted({str(family_of(raw)) for raw in self.foreign})
 
 
 def db_dir(path: str | os.PathLike | None = None) -> Path:
@@ -111,7 +113,7 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     good, problems, foreign, first = [], [], [], {}
     for i, raw in enumerate(entries):
         label = f"{where}: entry #{i + 1}{_entry_label(raw)}"
-        if isinstance(raw, dict) and isinstance(raw.get("kernel"), str) and not is_known(raw["kernel"]):
+        if isinstance(raw, dict) and isinstance(family_of(raw), str) and not is_known(family_of(raw)):
             foreign.append(raw)
             continue
         try:
@@ -134,7 +136,8 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
 
 def _entry_label(raw: Any) -> str:
     if isinstance(raw, dict):
-        bits = [str(raw.get(k)) for k in ("kernel", "dtype", "op", "layout") if isinstance(raw.get(k), (str, int))]
+        bits = [str(raw.get(k)) for k in ("family", "kernel", "dtype", "op", "layout")
+                if isinstance(raw.get(k), (str, int))]
         if isinstance(raw.get("shape"), list) and len(raw["shape"]) <= 8:
             bits.append("x".join(map(str, raw["shape"]))[:80])
         return f" ({' '.join(bits)[:160]})" if bits else ""
@@ -156,13 +159,14 @@ def parse_entry(raw: Any) -> Entry:
     another command reads is checked here, so what passes is safe to show, merge and use."""
     if not isinstance(raw, dict):
         raise DatabaseError("an entry must be a mapping")
-    kernel = raw.get("kernel")
-    if not isinstance(kernel, str):
-        raise DatabaseError(f"field 'kernel' must name a kernel family, got {_short(kernel)}")
+    raw = _renamed(raw)
+    family = raw.get("family")
+    if not isinstance(family, str):
+        raise DatabaseError(f"field 'family' must name a kernel family, got {_short(family)}")
     try:
-        impl = family_named(kernel)
+        impl = family_named(family)
     except FamilyError as exc:
-        raise DatabaseError(f"field 'kernel': {exc}") from None
+        raise DatabaseError(f"field 'family': {exc}") from None
     arg_names = [a.name for a in impl.args]
     unknown = sorted(str(k) for k in raw if k not in STANDARD_FIELDS and k not in arg_names)
     if unknown:
@@ -184,7 +188,7 @@ def parse_entry(raw: Any) -> Entry:
         except ValueError as exc:
             raise DatabaseError(f"field {arg.name}: {exc}") from None
     try:
-        problem = Problem(kernel, tuple(shape), dtype, args)
+        problem = Problem(family, tuple(shape), dtype, args)
     except ValueError as exc:
         raise DatabaseError(f"field 'shape': {exc}") from None
     params = raw["params"]
@@ -193,11 +197,26 @@ def parse_entry(raw: Any) -> Entry:
     try:
         # Parameters added to the templates after the entry was written take their defaults, which by the rule
         # of the search spaces reproduce the kernel the entry measured.
-        checked = load_space(kernel).validate(params, dtype=dtype, family=problem.family)
+        checked = load_space(family).validate(params, dtype=dtype, args=problem.args)
     except ValueError as exc:
         raise DatabaseError(f"field 'params': {_short_text(exc)}") from None
     _check_fields(raw)
     return Entry(problem=problem, params=checked, record=dict(raw))
+
+
+def family_of(raw: Mapping[str, Any]) -> Any:
+    """The family an entry names (under ``family``, or its old name ``kernel``)."""
+    return raw.get("family", raw.get("kernel"))
+
+
+def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
+    """The entry with its fields under today's names, in their order; DatabaseError where both names are given."""
+    for old, new in OLD_FIELDS.items():
+        if old in raw:
+            if new in raw:
+                raise DatabaseError(f"fields {old!r} and {new!r} are both given; {old!r} is the old name of {new!r}")
+            raw = {(new if k == old else k): v for k, v in raw.items()}
+    return raw
 
 
 def _check_fields(raw: Mapping[str, Any]) -> None:
@@ -319,24 +338,24 @@ def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
 # -- writing ----------------------------------------------------------------------------------------
 def entry_record(problem: Problem, params: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     """A database entry in file form, its keys in a fixed order."""
-    record: dict[str, Any] = {"kernel": problem.kind, "dtype": problem.dtype, "shape": list(problem.shape)}
-    text = problem.impl.args_text(problem.family)
-    record.update({a.name: text[a.name] for a in problem.impl.args if a.written(problem.family[a.name])})
+    record: dict[str, Any] = {"family": problem.family, "dtype": problem.dtype, "shape": list(problem.shape)}
+    text = problem.impl.args_text(problem.args)
+    record.update({a.name: text[a.name] for a in problem.impl.args if a.written(problem.args[a.name])})
     record["params"] = dict(params)
     record.update({k: v for k, v in fields.items() if v is not None})
     return record
 
 
 def _sort_key(entry: Entry) -> tuple:
-    args = entry.problem.impl.args_text(entry.problem.family)
-    return (entry.problem.kind, entry.problem.dtype, *(str(v) for v in args.values()), entry.problem.shape)
+    args = entry.problem.impl.args_text(entry.problem.args)
+    return (entry.problem.family, entry.problem.dtype, *(str(v) for v in args.values()), entry.problem.shape)
 
 
 def dump(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> str:
     """The file text: deterministic (entries sorted by key, keys in insertion order), so diffs stay clean; entries
     of families not registered here follow, as they were."""
     records = [e.record for e in sorted(entries, key=_sort_key)]
-    records += sorted(foreign, key=lambda raw: (str(raw.get("kernel")), dump_yaml(raw)))
+    records += sorted(foreign, key=lambda raw: (str(family_of(raw)), dump_yaml(raw)))
     doc = {"schema": SCHEMA, "device": dict(device), "entries": records}
     header = "# Tuned kernels for one GPU model, written by `autotune`. Safe to commit; loaded with yaml.safe_load.\n"
     return header + dump_yaml(doc, sort_keys=False, default_flow_style=None, width=120)

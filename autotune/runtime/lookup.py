@@ -39,7 +39,7 @@ _cache: dict[tuple, Any] = {}
 _lock = threading.Lock()
 
 
-def get_best_kernel(kind: str, shape, dtype: Any = "float32", *, device: str | None = None,
+def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str | None = None,
                     db: str | Path | None = None, **family_args):
     """The callable kernel object tuned for ``shape`` on this GPU (or the GPU model named ``device``).
 
@@ -52,7 +52,7 @@ def get_best_kernel(kind: str, shape, dtype: Any = "float32", *, device: str | N
     database entry ahead (run it once when you build a container or install on a machine); later processes load
     the compiled code.
     """
-    problem = Problem(kind, shape, dtype, family_args)
+    problem = Problem(family, shape, dtype, family_args)
     folders = lookup_folders(db, device)
     key = (problem.key, device, tuple(map(str, folders)))
     with _lock:
@@ -60,7 +60,7 @@ def get_best_kernel(kind: str, shape, dtype: Any = "float32", *, device: str | N
             params, note = choose(problem, folders, device)
             if note:
                 warnings.warn(note, TunedKernelWarning, stacklevel=2)
-            _cache[key] = build_kernel(kind, params, problem.dtype, **problem.family)
+            _cache[key] = build_kernel(family, params, problem.dtype, **problem.args)
         return _cache[key]
 
 
@@ -109,7 +109,7 @@ def choose(problem: Problem, folders: Path | list[Path], device: str | None = No
     where = ", ".join(map(str, folders)) or "no database folder"
     return problem.impl.default_params(problem), (
         f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-        f"`autotune tune --family {problem.kind}` to tune it)")
+        f"`autotune tune --family {problem.family}` to tune it)")
 
 
 def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False) -> tuple[Entry, DbFile] | None:
@@ -159,11 +159,11 @@ def nearest(problem: Problem, entries: list[Entry]) -> tuple[Entry | None, float
 
 
 def by_distance(problem: Problem, entries: list[Entry]) -> list[tuple[float, Entry]]:
-    """The entries of the same kind, dtype and family, nearest shape first (distance: sum of |log2| ratios)."""
+    """The entries of the same family, dtype and arguments, nearest shape first (distance: sum of |log2| ratios)."""
     found = []
     for entry in entries:
         other = entry.problem
-        if (other.kind, other.dtype, dict(other.family)) != (problem.kind, problem.dtype, dict(problem.family)):
+        if (other.family, other.dtype, dict(other.args)) != (problem.family, problem.dtype, dict(problem.args)):
             continue
         if len(other.shape) != len(problem.shape):
             continue

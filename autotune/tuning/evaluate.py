@@ -25,8 +25,8 @@ from .records import CompileResult, Job, Measurement
 
 def _build(job: Job):
     job.problem()  # loads the job's family into this process
-    space = load_space(job.kind, job.space)
-    return build_kernel(job.kind, job.params, job.dtype, space=space, **job.args)
+    space = load_space(job.family, job.space)
+    return build_kernel(job.family, job.params, job.dtype, space=space, **job.args)
 
 
 def compile_variant(job: Job) -> CompileResult:

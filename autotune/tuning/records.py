@@ -24,7 +24,7 @@ class Job:
     (its name for built-in and installed families, else the path or module it was registered from)."""
 
     source: str
-    kind: str
+    family: str
     shape: tuple[int, ...]
     dtype: str
     args: dict[str, Any]
@@ -36,12 +36,12 @@ class Job:
         from ..core.registry import load_family
 
         load_family(self.source)
-        return Problem(self.kind, self.shape, self.dtype, self.args)
+        return Problem(self.family, self.shape, self.dtype, self.args)
 
 
 def job_for(problem, params: dict[str, Any], space_path: str | None = None) -> Job:
-    return Job(source=problem.impl.source or problem.kind, kind=problem.kind, shape=tuple(problem.shape),
-               dtype=problem.dtype, args=dict(problem.family), params=dict(params), space=space_path)
+    return Job(source=problem.impl.source or problem.family, family=problem.family, shape=tuple(problem.shape),
+               dtype=problem.dtype, args=dict(problem.args), params=dict(params), space=space_path)
 
 
 @dataclass(frozen=True)

@@ -75,7 +75,7 @@ class Sweep:
     rows: tuple[SweepRow, ...]
 
     def space(self) -> SearchSpace:
-        return load_space(self.problem.kind, self.space_path)
+        return load_space(self.problem.family, self.space_path)
 
     def row_of(self, config: Mapping[str, Any]) -> SweepRow | None:
         return self._by_key.get(config_key(config))
@@ -91,8 +91,8 @@ class Sweep:
 
 def valid_configurations(space: SearchSpace, problem: Problem) -> list[dict[str, Any]]:
     """Every configuration of the space that is valid for the problem, in the grid sampler's order."""
-    return [c for c in space.configurations(problem.family)
-            if space.violation(c, dtype=problem.dtype, family=problem.family) is None]
+    return [c for c in space.configurations(problem.args)
+            if space.violation(c, dtype=problem.dtype, args=problem.args) is None]
 
 
 def rows_from_study(study) -> list[SweepRow]:
@@ -141,7 +141,7 @@ def write_sweep(path: Path, sweep: Sweep) -> None:
     names = list(sweep.space().params)
     header = {
         "sweep": FORMAT,
-        "problem": {"kind": p.kind, "shape": list(p.shape), "dtype": p.dtype, "family": _plain(p.family)},
+        "problem": {"family": p.family, "shape": list(p.shape), "dtype": p.dtype, "args": _plain(p.args)},
         "space": os.path.relpath(sweep.space_path.resolve(), path.resolve().parent) if sweep.space_path else None,
         "device": {"name": sweep.device.name, "cc": f"{sweep.device.cc[0]}.{sweep.device.cc[1]}",
                    "sm_count": sweep.device.sm_count, "l2_bytes": sweep.device.l2_bytes},
@@ -187,7 +187,7 @@ def load_sweep(path: str | Path) -> Sweep:
     if not isinstance(recorded, dict):
         raise SweepError(f"{where}: recorded must be a mapping")
     try:
-        space = load_space(problem.kind, space_path)
+        space = load_space(problem.family, space_path)
     except ValueError as exc:
         raise SweepError(f"{where}: its search space: {exc}") from None
     names = doc.get("params")
@@ -215,11 +215,17 @@ def _plain(mapping: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _problem(where: str, spec: Any) -> Problem:
-    if not isinstance(spec, dict) or set(spec) - {"kind", "shape", "dtype", "family"}:
-        raise SweepError(f"{where}: problem must be a mapping of kind, shape, dtype and family")
+    """The sweep's problem: ``family``, ``shape``, ``dtype`` and ``args``; or as the first sweeps wrote it,
+    ``kind`` (the family) and ``family`` (its arguments)."""
+    old = isinstance(spec, dict) and "kind" in spec
+    keys = {"kind", "shape", "dtype", "family"} if old else {"family", "shape", "dtype", "args"}
+    if not isinstance(spec, dict) or set(spec) - keys:
+        raise SweepError(f"{where}: problem must be a mapping of family, shape, dtype and args")
+    name, args = (spec.get("kind"), spec.get("family")) if old else (spec.get("family"), spec.get("args"))
+    if args is not None and not isinstance(args, dict):
+        raise SweepError(f"{where}: problem: the family's arguments must be a mapping, got {type(args).__name__}")
     try:
-        return Problem(str(spec.get("kind")), tuple(spec.get("shape") or ()), str(spec.get("dtype", "float32")),
-                       dict(spec.get("family") or {}))
+        return Problem(str(name), tuple(spec.get("shape") or ()), str(spec.get("dtype", "float32")), dict(args or {}))
     except (ValueError, TypeError) as exc:
         raise SweepError(f"{where}: problem: {exc}") from None
 
@@ -250,7 +256,7 @@ def _row(where: str, item: Any, names: list[str], space: SearchSpace, problem: P
                          f"p80_ms, reps, compile_s, measure_s(, reason)]")
     config = {n: v for n, v in zip(names, item[0]) if v is not None}
     try:
-        space.validate(config, dtype=problem.dtype, family=problem.family, fill_defaults=False)
+        space.validate(config, dtype=problem.dtype, args=problem.args, fill_defaults=False)
     except ValueError as exc:
         raise SweepError(f"{where}: the configuration is not valid in the sweep's search space now "
                          f"(record the sweep again): {exc}") from None

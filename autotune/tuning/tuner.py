@@ -145,7 +145,7 @@ class Tuner:
         self.neighbours = list(neighbours or [])
         self.config = config
         self.device = device
-        self.space = load_space(problem.kind, config.space_path).for_dtype(problem.dtype, problem.family)
+        self.space = load_space(problem.family, config.space_path).for_dtype(problem.dtype, problem.args)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
         self.name = name or study_name(problem, device)
         self.study = open_study(storage or open_storage(config, device, self.report), self.name,
@@ -213,7 +213,7 @@ class Tuner:
                     return None
                 trial = self.study.ask()
                 trial.set_user_attr("owner", self.owner)
-                config = suggest(trial, self.space, self.problem.family)
+                config = suggest(trial, self.space, self.problem.args)
                 trial.set_user_attr("config", config)
                 problem = self._prune_reason(config)
                 if problem:
@@ -246,7 +246,7 @@ class Tuner:
                 if "duplicate_of" not in t.user_attrs and "timing" in t.user_attrs]
         for t in sorted(done, key=lambda t: _timing(t).median_ms):
             for config in self.space.neighbours(t.user_attrs["config"], dtype=self.problem.dtype,
-                                                family=self.problem.family):
+                                                args=self.problem.args):
                 if config_key(config) not in self._seen and not self._prune_reason(config):
                     self.study.enqueue_trial(study_params(self.space, config))
                     return True
@@ -277,7 +277,7 @@ class Tuner:
         configuration seen (in random order), the guarantee where draws keep finding seen ones. False only when
         neither finds one."""
         for _ in range(1000):
-            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, family=self.problem.family,
+            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, args=self.problem.args,
                                              barren=self._barren)
             if config is None:
                 break
@@ -291,7 +291,7 @@ class Tuner:
                 if "config" in t.user_attrs and config_key(t.user_attrs["config"]) in self._seen]
         self._rng.shuffle(seen)
         for config in seen:
-            for neighbour in self.space.neighbours(config, dtype=self.problem.dtype, family=self.problem.family):
+            for neighbour in self.space.neighbours(config, dtype=self.problem.dtype, args=self.problem.args):
                 if config_key(neighbour) not in self._seen and not self._prune_reason(neighbour):
                     self.study.enqueue_trial(study_params(self.space, neighbour))
                     return True
@@ -299,7 +299,7 @@ class Tuner:
 
     def _prune_reason(self, config: dict[str, Any]) -> str | None:
         try:
-            self.space.validate(config, dtype=self.problem.dtype, family=self.problem.family, fill_defaults=False)
+            self.space.validate(config, dtype=self.problem.dtype, args=self.problem.args, fill_defaults=False)
         except ValueError as exc:
             return str(exc)
         return self.problem.impl.unfit_for(config, self.device)
@@ -346,7 +346,7 @@ class Tuner:
                 queued.add(key)
 
     def _validated(self, start: dict[str, Any]) -> dict[str, Any] | None:
-        return self.space.checked_or_none(start, dtype=self.problem.dtype, family=self.problem.family)
+        return self.space.checked_or_none(start, dtype=self.problem.dtype, args=self.problem.args)
 
     def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
         """A start in the forms its family fits to this problem, best fit first (e.g. split-K for a matmul too
@@ -359,7 +359,7 @@ class Tuner:
 
     def _enqueue_next_grid_point(self) -> None:
         if self._grid is None:
-            self._grid = iter(self.space.configurations(self.problem.family))
+            self._grid = iter(self.space.configurations(self.problem.args))
         for config in self._grid:
             if config_key(config) in self._seen or self._prune_reason(config):
                 continue
@@ -596,8 +596,7 @@ class Tuner:
         family has none."""
         if not self.problem.impl.baseline:
             return None
-        return load_space(self.problem.kind).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype,
-                                                      family=self.problem.family)
+        return load_space(self.problem.family).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype, args=self.problem.args)
 
     # -- the outcome ---------------------------------------------------------------------------------
     def best_trial(self) -> optuna.trial.FrozenTrial | None:
@@ -631,7 +630,7 @@ class Tuner:
         if not self.incumbent:
             return False
         try:
-            key = config_key(self.space.validate(self.incumbent, dtype=self.problem.dtype, family=self.problem.family))
+            key = config_key(self.space.validate(self.incumbent, dtype=self.problem.dtype, args=self.problem.args))
         except ValueError:
             return False
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key

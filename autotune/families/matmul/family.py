@@ -90,7 +90,7 @@ class MatmulFamily(KernelFamily):
                              f"gives {dtype}")
 
     def out_dtype(self, problem) -> str:
-        return self.out_dtype_of(problem.dtype, problem.family)
+        return self.out_dtype_of(problem.dtype, problem.args)
 
     @staticmethod
     def out_dtype_of(dtype: str, args: Mapping[str, Any]) -> str:
@@ -106,7 +106,7 @@ class MatmulFamily(KernelFamily):
     def peak_for(self, problem, device) -> float | None:
         """TF32 precisions run on the TF32 tensor cores: their rate, not fp32's on the CUDA cores; float16 and
         bfloat16 on the fp16 ones (the same rate)."""
-        if problem.family["precision"] != "ieee":
+        if problem.args["precision"] != "ieee":
             return device.peak_tflops("tf32")
         return self.peak(device, "float16" if problem.dtype in HALF else problem.dtype)
 
@@ -201,7 +201,7 @@ class MatmulFamily(KernelFamily):
         K products of |a*b| <= 4 is exact in float32 while 4K < 2**24, so a result is right to the last bit or
         wrong. Timing data are standard normal (never zeros, which can run faster)."""
         M, N, K = problem.shape
-        layout = problem.family["layout"]
+        layout = problem.args["layout"]
         arrays = []
         for shape, transposed in (((M, K), layout[0] == "t"), ((K, N), layout[1] == "t")):
             if purpose == "check":
@@ -220,7 +220,7 @@ class MatmulFamily(KernelFamily):
         the same data (``error_bound``)."""
         M, N, K = problem.shape
         A, B = (a.astype(np.float64) for a in inputs)
-        precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.family["precision"]
+        precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.args["precision"]
         out_dtype = self.out_dtype(problem)
         if out_dtype in HALF:
             rows = error_rows(problem.shape)
@@ -249,7 +249,7 @@ class MatmulFamily(KernelFamily):
             return problem_text
         C = got.astype(np.float64)
         if case.tolerance is not None:
-            precision = problem.dtype if problem.dtype in HALF else problem.family["precision"]
+            precision = problem.dtype if problem.dtype in HALF else problem.args["precision"]
             return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
                                 what=f"{precision} results")
         if case.what == "exact rows":
@@ -281,7 +281,7 @@ class MatmulFamily(KernelFamily):
         at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
         (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
-        if problem.family["precision"] != "ieee":
+        if problem.args["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
         if problem.dtype in HALF:
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
@@ -323,7 +323,7 @@ class MatmulFamily(KernelFamily):
         PyTorch's with TF32 on (CuPy's is set by an environment variable read once, so it is left out); for
         bfloat16, PyTorch's alone (its tensors made from the operands' bits)."""
         found = {}
-        tf32 = problem.family["precision"] == "tf32"
+        tf32 = problem.args["precision"] == "tf32"
         bf16 = problem.dtype == "bfloat16"
         try:
             import cupy
@@ -365,7 +365,7 @@ class MatmulFamily(KernelFamily):
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1}]
 
     def bench_name(self, problem) -> str:
-        layout, precision, out = (problem.family[a] for a in ("layout", "precision", "out_dtype"))
+        layout, precision, out = (problem.args[a] for a in ("layout", "precision", "out_dtype"))
         return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
             ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")

@@ -41,7 +41,7 @@ def _mma_fits(p, ctx):
     if is_wgmma(p):
         return None  # wgmma_fits
     k = p["MMA"]
-    precision = ctx.family.get("precision", "ieee")
+    precision = ctx.args.get("precision", "ieee")
     if ctx.dtype in HALF and k != 16:
         return f"MMA={k}: tiled {ctx.dtype} runs on the tensor cores, mma.sync m16n8k16 (MMA=16)"
     if ctx.dtype in HALF and p["TN"] % 4:
@@ -86,7 +86,7 @@ def _wgmma_fits(p, ctx):
                 f"{p['BM']} x {p['BN']}")
     if ctx.dtype in HALF:
         return _wgmma_f16_fits(p, ctx)
-    precision = ctx.family.get("precision", "ieee")
+    precision = ctx.args.get("precision", "ieee")
     if ctx.dtype != "float32" or precision == "ieee":
         return (f"WGMMA=1 multiplies float16 or bfloat16 (MMA=16) or float32 at precision tf32 or 3xtf32 (MMA=8), "
                 f"not {ctx.dtype}"
@@ -140,7 +140,7 @@ def _wgmma_f16_fits(p, ctx):
 
 
 def _split_add_fits(p, ctx):
-    if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.family.get("out_dtype") in (None, "input"):
+    if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.args.get("out_dtype") in (None, "input"):
         return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
     if p["SPLIT_ADD"] != "vector":
         return None

@@ -87,14 +87,14 @@ class ReduceFamily(KernelFamily):
         return f"{args['op']}/{'all' if axis is None else f'axis{axis}'}"
 
     def work(self, problem) -> float:
-        inputs = 2 if problem.family["op"] == "dot" else 1
+        inputs = 2 if problem.args["op"] == "dot" else 1
         return float(inputs * math.prod(problem.shape) * np.dtype(problem.dtype).itemsize)
 
     def out_shape(self, problem) -> tuple[int, ...]:
-        return result_shape(problem.shape, problem.family["axis"])
+        return result_shape(problem.shape, problem.args["axis"])
 
     def out_dtype(self, problem) -> str:
-        return result_dtype(problem.family["op"], problem.dtype)
+        return result_dtype(problem.args["op"], problem.dtype)
 
     def templates(self) -> list[str]:
         return ["_common.j2", "reduce.py.j2"]
@@ -130,14 +130,14 @@ class ReduceFamily(KernelFamily):
         Float max and min get standard-normal data: distinct values, and max/min round nothing (``verification``
         adds copies with infinities and NaNs). Integer data span the whole dtype, so an int32 sum that overflowed
         an int32 accumulator, or a dot that lost its wraparound, is caught. Timing data are standard normal."""
-        count = 2 if problem.family["op"] == "dot" else 1
+        count = 2 if problem.args["op"] == "dot" else 1
         dtype = np.dtype(problem.dtype)
         arrays = []
         for _ in range(count):
             if dtype.kind == "i":
                 x = rng.integers(np.iinfo(dtype).min, np.iinfo(dtype).max, size=problem.shape, dtype=dtype,
                                  endpoint=True)
-            elif purpose == "check" and problem.family["op"] not in ORDERED:
+            elif purpose == "check" and problem.args["op"] not in ORDERED:
                 x = rng.integers(-8, 9, size=problem.shape, dtype=np.int8).astype(problem.dtype)
                 x.flat[0] = 1
             else:
@@ -150,7 +150,7 @@ class ReduceFamily(KernelFamily):
         (integers: the dtype's least and greatest values): over the whole array at random elements (NaN also,
         apart, at the last); along an axis in about half of the results' lines, so that the other lines still
         check the values."""
-        op, axis = problem.family["op"], problem.family["axis"]
+        op, axis = problem.args["op"], problem.args["axis"]
         cases = [Case(tuple(inputs), expected_result(op, inputs, axis))]
         if op not in ORDERED:
             return cases
@@ -174,16 +174,16 @@ class ReduceFamily(KernelFamily):
     def default_params(self, problem) -> dict[str, Any]:
         """Vectors of 16 bytes at most; down columns, enough row splits to fill a GPU (see column_splits)."""
         params = {"VEC": 2} if np.dtype(problem.dtype).itemsize == 8 else {}
-        if problem.family["axis"] in (0, -2):
+        if problem.args["axis"] in (0, -2):
             from ...core.space import load_space
 
-            chosen = {**load_space(self.name).defaults(problem.family), **params}
+            chosen = {**load_space(self.name).defaults(problem.args), **params}
             params["ROW_SPLIT"] = column_splits(problem.shape, chosen["BX"] * chosen["VEC"])
         return params
 
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
-        op, axis = problem.family["op"], problem.family["axis"]
+        op, axis = problem.args["op"], problem.args["axis"]
         found: dict[str, Any] = {}
         try:
             import cupy
@@ -216,8 +216,8 @@ class ReduceFamily(KernelFamily):
                                      (1, two_d[:3] if small else two_d), (-2, three_d[:2] if small else three_d))]
 
     def bench_name(self, problem) -> str:
-        axis = problem.family["axis"]
-        return f"reduce-{problem.family['op']}" + ("" if axis is None else f"-axis{axis}") + \
+        axis = problem.args["axis"]
+        return f"reduce-{problem.args['op']}" + ("" if axis is None else f"-axis{axis}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}")
 
 
