@@ -14,10 +14,7 @@ import numpy as np
 import pytest
 from test_compile import run_compiler_script
 
-# What each replacement mirrors: the package and version its source guard was written against.
-WRITTEN_FOR = {"lowering": ("numba-cuda", "0.30.4"), "ssa": ("numba-cuda", "0.30.4"),
-               "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1"),
-               "dominators": ("numba-cuda", "0.30.4")}
+from autotune._patches import COMPILE_PASSES, WRITTEN_FOR
 
 
 def test_every_replacement_gives_the_originals_results_and_ptx():
@@ -28,15 +25,20 @@ def test_every_replacement_gives_the_originals_results_and_ptx():
     proc = run_compiler_script("replacements_sample.py", timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.splitlines()[-1])
-    for name, (package, written_for) in WRITTEN_FOR.items():
+    elsewhere = []
+    for name in COMPILE_PASSES:
+        package, written_for = WRITTEN_FOR[name]
         seen = result[name]
         assert seen["installed"] == seen["source_matches"], (name, seen)
         if not seen["source_matches"]:
-            assert version(package) != written_for, (name, package)
+            assert version(package) != written_for, f"{name}: {package} {written_for} but its source differs"
+            elsewhere.append(f"{name} ({package} {version(package)}, written for {written_for})")
         else:
             assert len(seen["variants"]) == 7, name
             CHECKS[name](seen["variants"], seen["small"])
     assert result["same_ptx"] and all(result["same_ptx"].values()), result["same_ptx"]
+    if elsewhere:  # said, not passed over: the speed-up is gone on these versions until the replacement is ported
+        pytest.xfail("replacements not applied to the installed versions: " + ", ".join(elsewhere))
 
 
 def lowering_finds_the_same_variables(variants, small):
@@ -137,17 +139,15 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
         numba_ssa,
         numba_typing,
     )
-    from autotune.core import backend
-    from autotune.runtime import compiler
+    from autotune import _patches
 
     installed = []
-    monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering"))
-    monkeypatch.setattr(numba_ssa, "install", lambda: installed.append("ssa"))
-    monkeypatch.setattr(numba_liveness, "install", lambda: installed.append("liveness"))
-    monkeypatch.setattr(numba_scopes, "install", lambda: installed.append("scopes"))
-    monkeypatch.setattr(numba_typing, "install", lambda: installed.append("typing"))
-    monkeypatch.setattr(numba_dominators, "install", lambda: installed.append("dominators"))
-    monkeypatch.setattr(backend, "simulator", lambda: False)
+    monkeypatch.setattr(numba_lowering, "install", lambda: installed.append("lowering") or True)
+    monkeypatch.setattr(numba_ssa, "install", lambda: installed.append("ssa") or True)
+    monkeypatch.setattr(numba_liveness, "install", lambda: installed.append("liveness") or True)
+    monkeypatch.setattr(numba_scopes, "install", lambda: installed.append("scopes") or True)
+    monkeypatch.setattr(numba_typing, "install", lambda: installed.append("typing") or True)
+    monkeypatch.setattr(numba_dominators, "install", lambda: installed.append("dominators") or True)
     every = ["lowering", "ssa", "liveness", "scopes", "typing", "dominators"]
     for value, expected in ((None, every), ("1", every), ("0", []), ("ssa", ["ssa"]), (" lowering , ", ["lowering"]),
                             ("ssa,lowering", ["lowering", "ssa"]), ("liveness", ["liveness"])):
@@ -156,11 +156,41 @@ def test_the_environment_chooses_which_replacements_are_installed(monkeypatch):
         else:
             monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", value)
         installed.clear()
-        compiler._speed_up_numba()
+        assert _patches.install(simulator=False) == {name: True for name in expected}
         assert installed == expected, value
     monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "ssa,inlining")
     with pytest.raises(ValueError, match="unknown inlining.*lowering, ssa, liveness, scopes, typing, dominators"):
-        compiler.numba_passes_wanted()
+        _patches.passes_wanted()
+
+
+def test_a_replacement_that_does_not_apply_is_said_once_and_reported(monkeypatch):
+    """Where a source guard refuses (another numba-cuda), install leaves Numba's own, warns once per process and
+    replacement (PatchWarning naming it and the version it was written for), and report() and active() say so;
+    database entries record the active ones (tuning/report.versions)."""
+    import warnings
+
+    from autotune import _patches
+    from autotune._patches import numba_scopes
+    from autotune.tuning.report import versions
+
+    monkeypatch.setenv("AUTOTUNE_NUMBA_PATCH", "scopes,typing")
+    monkeypatch.setattr(_patches, "_warned", set())
+    monkeypatch.setattr(numba_scopes, "original_source_matches", lambda: False)
+    monkeypatch.setattr(numba_scopes, "install", lambda: False)
+    monkeypatch.setattr(_patches.module("typing"), "install", lambda: True)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert _patches.install(simulator=False) == {"scopes": False, "typing": True}
+        assert _patches.install(simulator=False) == {"scopes": False, "typing": True}
+    said = [str(w.message) for w in caught if issubclass(w.category, _patches.PatchWarning)]
+    assert len(said) == 1 and "'scopes'" in said[0] and "written for 0.30.4" in said[0], said
+    states = dict(_patches.report())
+    assert states["scopes"].startswith("inactive: numba-cuda") and states["lowering"].startswith("off")
+    assert states["typing"] == ("active" if _patches.module("typing").original_source_matches() else states["typing"])
+    assert "scopes" not in _patches.active() and set(_patches.active()) <= {"typing"}
+    from autotune.core import backend
+
+    assert versions()["numba_patches"] == (",".join(_patches.active(backend.simulator())) or "none")
 
 
 def test_ssa_install_refuses_changed_sources(monkeypatch):

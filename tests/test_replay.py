@@ -177,7 +177,8 @@ def test_refinement_measures_the_neighbours_of_the_fastest_so_far(tmp_path):
     import optuna
 
     from autotune.core.space import config_key
-    from autotune.tuning.tuner import TuneConfig, Tuner
+    from autotune.tuning.settings import TuneConfig
+    from autotune.tuning.tuner import Tuner
 
     sweep = load_sweep(synthetic_sweep(tmp_path))
     tuner = Tuner(PROBLEM, TuneConfig(trials=20, seed=3, baseline=False, space_path=str(sweep.space_path),

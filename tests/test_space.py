@@ -6,7 +6,7 @@ import pytest
 
 from autotune.core.space import SpaceError, load_space
 from autotune.runtime.build import build_kernel, render_source
-from autotune.tuning.tuner import suggest
+from autotune.tuning.policy import suggest
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,8 @@ from optuna.trial import TrialState
 
 from autotune.core.device import current_device
 from autotune.core.problem import Problem
-from autotune.tuning.tuner import TuneConfig, Tuner
+from autotune.tuning.settings import TuneConfig
+from autotune.tuning.tuner import Tuner
 
 HERE = Path(__file__).parent
 
@@ -103,24 +104,24 @@ def test_a_search_where_few_configurations_are_valid_is_not_called_exhausted(tmp
     search as exhausted, which it did after 15 of 40 trials on the H100."""
     from autotune.core.device import DeviceInfo
     from autotune.core.space import SearchSpace, config_key
-    from autotune.tuning.tuner import suggest
+    from autotune.tuning.policy import suggest
 
     h100 = DeviceInfo(name="NVIDIA H100 80GB HBM3", cc=(9, 0), sm_count=132, l2_bytes=50 << 20)
     tuner = Tuner(Problem("matmul", (8192, 128, 8192), "bfloat16", {}), TuneConfig(state_dir=tmp_path, baseline=False),
                   h100, report=lambda line: None)
     family = tuner.problem.args
-    tile = next(c for start in tuner.space.starts for c in tuner._start_variants(start) if c["strategy"] == "tiled")
+    tile = next(c for start in tuner.space.starts for c in tuner.policy._start_variants(start) if c["strategy"] == "tiled")
     seen = [tuner.space.validate({"strategy": name}, dtype="bfloat16", args=family) for name in ("naive", "shared16")]
     for config in seen + [tile]:
         trial = tuner.study.ask()
         trial.set_user_attr("config", config)
         tuner.study.tell(trial, 1.0)
-        tuner._seen[config_key(config)] = trial.number
+        tuner.policy._seen[config_key(config)] = trial.number
     monkeypatch.setattr(SearchSpace, "random_valid", lambda self, rng, **kw: dict(seen[rng.randrange(2)]))
-    assert tuner._enqueue_random_unseen()
+    assert tuner.policy._enqueue_random_unseen()
     config = suggest(tuner.study.ask(), tuner.space, family)
-    assert config["strategy"] == "tiled" and config_key(config) not in tuner._seen
-    assert tuner._prune_reason(config) is None
+    assert config["strategy"] == "tiled" and config_key(config) not in tuner.policy._seen
+    assert tuner.policy.prune_reason(config) is None
 
 
 def test_starting_configurations_are_measured_first_where_valid(tmp_path):
@@ -191,12 +192,12 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
 
     def variants(shape):
         tuner = Tuner(Problem("matmul", shape, "float32"), config, h100, report=lambda l: None)
-        return [(c["SPLIT_K"], c["EDGE"][0]) for c in tuner._start_variants(start)
+        return [(c["SPLIT_K"], c["EDGE"][0]) for c in tuner.policy._start_variants(start)
                 if c.get("SPLIT_ADD", "atomic") == "atomic"]
 
     def added(shape, dtype):
         tuner = Tuner(Problem("matmul", shape, dtype), config, h100, report=lambda l: None)
-        return [(c["SPLIT_K"], c.get("SPLIT_ADD")) for c in tuner._start_variants({**start, "VEC": 2})]
+        return [(c["SPLIT_K"], c.get("SPLIT_ADD")) for c in tuner.policy._start_variants({**start, "VEC": 2})]
 
     # 64 x 2 = 128 blocks: already 0.97 of a wave of 132 SMs, so unsplit first; split 2 makes 1.94 waves
     assert variants((8192, 128, 8192)) == [(1, "i"), (2, "i")]
@@ -205,10 +206,10 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     assert added((8192, 128, 8192), "float64") == [(1, None)] + [(s, w) for s in (2,) for w in ways if w != "vector"]
     # 128x128 tiles of 1024^3: 64 blocks; split 2 makes 0.97 of a wave (the sweep's winner), 4 makes 1.94
     tuner = Tuner(Problem("matmul", (1024, 1024, 1024), "float32"), config, h100, report=lambda l: None)
-    assert [c["SPLIT_K"] for c in tuner._start_variants({**start, "BN": 128, "TN": 8})
+    assert [c["SPLIT_K"] for c in tuner.policy._start_variants({**start, "BN": 128, "TN": 8})
             if c.get("SPLIT_ADD", "atomic") == "atomic"] == [2, 4, 1]
     tuner = Tuner(Problem("matmul", (127, 3000, 511), "float32"), config, h100, report=lambda l: None)
-    assert [(c["SPLIT_K"], c["SPLIT_ADD"]) for c in tuner._start_variants({**start, "SPLIT_K": 4, "EDGE": "clamp"})
+    assert [(c["SPLIT_K"], c["SPLIT_ADD"]) for c in tuner.policy._start_variants({**start, "SPLIT_K": 4, "EDGE": "clamp"})
             ] == [(4, "atomic"), (4, "vector"), (4, "last_block")]  # a split entry: its other ways next
     # 47 blocks; 511 / 8 still holds two 16-deep tiles; 127 rows overhang the 128-row tile
     assert variants((127, 3000, 511)) == [(4, "c"), (8, "c"), (1, "c"), (4, "i"), (8, "i"), (1, "i")]
@@ -218,14 +219,14 @@ def test_matmul_starts_are_fitted_to_the_problem(tmp_path):
     clamped = {**start, "EDGE": "clamp"}
     tuner = Tuner(Problem("matmul", (1000, 1000, 1000), "float32"), config, h100, report=lambda l: None)
     # already clamped: 8 x 16 = 128 blocks fill 0.97 of a wave, 2 makes 1.94 waves; no second clamped copy
-    assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner._start_variants(clamped)
+    assert [(c["SPLIT_K"], c["EDGE"]) for c in tuner.policy._start_variants(clamped)
             if c.get("SPLIT_ADD", "atomic") == "atomic"] == [(1, "clamp"), (2, "clamp")]
 
 
 def test_starts_take_at_most_half_the_trials_each_in_its_best_fitted_form_first(tmp_path):
     """1000^3 has dozens of start forms (split-K ways, clamped edges); the queue holds the incumbent, then the
     first form of each start in order, then the other forms, cut at half the trials."""
-    from autotune.tuning.tuner import study_params
+    from autotune.tuning.policy import study_params
 
     h100 = replace(current_device(), sm_count=132)
     incumbent = {"BM": 64, "BN": 64, "BK": 16, "TM": 8, "TN": 4, "VEC": 4, "EDGE": "clamp", "SPLIT_K": 2,
@@ -234,7 +235,7 @@ def test_starts_take_at_most_half_the_trials_each_in_its_best_fitted_form_first(
                   baseline=False), h100, report=lambda l: None, incumbent=incumbent)
     tuner.prepare()
     queued = [t.system_attrs["fixed_params"] for t in tuner.study.get_trials(states=(TrialState.WAITING,))]
-    forms = [tuner._start_variants(s) for s in tuner.space.starts]
+    forms = [tuner.policy._start_variants(s) for s in tuner.space.starts]
     expected = []
     for config in [tuner.space.validate(incumbent, dtype="float32", args=tuner.problem.args)] + \
             [f[0] for f in forms if f] + [c for f in forms for c in f[1:]]:
@@ -452,15 +453,15 @@ def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path)
     late = threading.Timer(0.5, rival.set_user_attr, ("config", chosen))
     late.start()
     try:
-        assert tuner._seen_elsewhere(chosen, rival.number + 1) == rival.number
-        assert tuner._seen_elsewhere({**chosen, "BLOCK": 128}, rival.number + 1) is None
+        assert tuner.policy._seen_elsewhere(chosen, rival.number + 1) == rival.number
+        assert tuner.policy._seen_elsewhere({**chosen, "BLOCK": 128}, rival.number + 1) is None
     finally:
         late.join()
 
 
 def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
     """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
-    from autotune.tuning.tuner import config_key
+    from autotune.core.space import config_key
 
     name = "reduce/float32/sum/all/37@cuda-simulator"
     if name in [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]:

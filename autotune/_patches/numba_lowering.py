@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 
-from .guard import source_matches
+from .guard import install_once, replace_in, source_matches
 
 KNOWN_SOURCE_SHA256 = "c3b499f76517288510a5188fbb59bb96f7ca7d619b0cf4245b5f66a8bd90bbe4"
 
@@ -60,19 +60,14 @@ def singly_assigned_variables(lower) -> set[str]:
     return found
 
 
+def _find_singly_assigned_variable(self) -> None:
+    """``Lower._find_singly_assigned_variable``, the linear way."""
+    self._singly_assigned_vars = singly_assigned_variables(self)
+    self._blk_local_varmap = {}
+
+
 def install() -> bool:
     """Put the linear version in place (once per process); False where the guard says no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
-    lower = _lowering().Lower
-
-    def _find_singly_assigned_variable(self) -> None:
-        self._singly_assigned_vars = singly_assigned_variables(self)
-        self._blk_local_varmap = {}
-
-    _find_singly_assigned_variable.__wrapped__ = lower._find_singly_assigned_variable
-    lower._find_singly_assigned_variable = _find_singly_assigned_variable
-    _state["installed"] = True
-    return True
+    return install_once(_state, original_source_matches,
+                        lambda: replace_in((_lowering().Lower,), "_find_singly_assigned_variable",
+                                           _find_singly_assigned_variable))

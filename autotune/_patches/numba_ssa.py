@@ -28,6 +28,8 @@ import inspect
 from collections import defaultdict
 from copy import copy
 
+from .guard import install_once, replace_in
+
 KNOWN_SOURCE_SHA256 = "1fac9cb9ff87f831027d6d9079199cb1e0f378e6368c33f81e3c788e41072ad0"
 REPLACED = ("_run_ssa", "_fix_ssa_vars", "_fresh_vars", "_run_block_rewrite", "_run_ssa_block_pass",
             "_FreshVarHandler", "_FixSSAVars")
@@ -272,16 +274,11 @@ def strip_phi_nodes(self, func_ir):
     return func_ir
 
 
+def _put() -> None:
+    replace_in((_ssa(),), "_run_ssa", run_ssa)
+    replace_in((_typed_passes().PreLowerStripPhis,), "_strip_phi_nodes", strip_phi_nodes)
+
+
 def install() -> bool:
     """Put the indexed versions in place (once per process); False where the guard says no."""
-    if _state["installed"]:
-        return True
-    if not original_source_matches():
-        return False
-    ssa, strip = _ssa(), _typed_passes().PreLowerStripPhis
-    run_ssa.__wrapped__ = ssa._run_ssa
-    ssa._run_ssa = run_ssa
-    strip_phi_nodes.__wrapped__ = strip._strip_phi_nodes
-    strip._strip_phi_nodes = strip_phi_nodes
-    _state["installed"] = True
-    return True
+    return install_once(_state, original_source_matches, _put)

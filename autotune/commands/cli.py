@@ -460,7 +460,8 @@ def tune_problems(args, kind: str, pools) -> int:
     from ..runtime.db import database_folders, db_dir, db_path
     from ..runtime.lookup import tuning_starts
     from ..tuning import report
-    from ..tuning.tuner import TuneConfig, Tuner
+    from ..tuning.settings import TuneConfig
+    from ..tuning.tuner import Tuner
 
     impl = family_named(kind)
     sim = args.simulator

@@ -31,14 +31,22 @@ def source_path(source: str) -> Path:
     return cache_dir() / "kernels" / f"k_{digest}.py"
 
 
+def _install_patches() -> None:
+    """numba-cuda's replacements (autotune/_patches), before the first kernel is loaded: the compile passes on the
+    GPU path, the simulator's fixes in the simulator."""
+    from .. import _patches
+    from ..core import backend
+
+    _patches.install(backend.simulator())
+
+
 def load_source(source: str) -> ModuleType:
     """Import generated source as a module (one per distinct source text, shared across processes)."""
     path = source_path(source)
     name = f"autotune_generated_{path.stem}"
     if name in sys.modules:
         return sys.modules[name]
-    _speed_up_numba()
-    _fix_simulator()
+    _install_patches()
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -50,55 +58,6 @@ def load_source(source: str) -> ModuleType:
     spec.loader.exec_module(module)
     sys.modules[name] = module
     return module
-
-
-def _fix_simulator() -> None:
-    """In the simulator, shared arrays allocated under a lock (``simulator_shared``) and blocks that wait at
-    ``__syncthreads`` instead of spinning (``simulator_barrier``)."""
-    from .._patches import simulator_barrier, simulator_shared
-    from ..core import backend
-
-    if backend.simulator():
-        simulator_shared.install()
-        simulator_barrier.install()
-
-
-NUMBA_PASSES = ("lowering", "ssa", "liveness", "scopes", "typing", "dominators")
-
-
-def numba_passes_wanted() -> tuple[str, ...]:
-    """Which of autotune's replacements of numba-cuda compiler passes to install: ``AUTOTUNE_NUMBA_PATCH`` unset
-    or ``1``, all; ``0``, none (numba-cuda as it is); else a comma-separated list of them (``lowering``, ``ssa``,
-    ``liveness``, ``scopes``, ``typing``, ``dominators``), so each can be measured or ruled out alone."""
-    value = os.environ.get("AUTOTUNE_NUMBA_PATCH", "1").strip()
-    if value == "1":
-        return NUMBA_PASSES
-    if value == "0":
-        return ()
-    names = tuple(name.strip() for name in value.split(",") if name.strip())
-    unknown = [name for name in names if name not in NUMBA_PASSES]
-    if unknown:
-        raise ValueError(f"AUTOTUNE_NUMBA_PATCH={value!r}: unknown {', '.join(unknown)}; "
-                         f"use 1, 0 or some of {', '.join(NUMBA_PASSES)}")
-    return names
-
-
-def _speed_up_numba() -> None:
-    """The linear lowering pass (``numba_lowering``), the indexed SSA reconstruction (``numba_ssa``), the
-    bit-set liveness analysis (``numba_liveness``), the scope repair once per scope (``numba_scopes``),
-    remembered call typing (``numba_typing``) and bit-set dominators (``numba_dominators``), before the first
-    kernel is compiled; not in the simulator. Each gives Numba's own result, faster."""
-    from .._patches import numba_dominators, numba_liveness, numba_lowering, numba_scopes, numba_ssa, numba_typing
-    from ..core import backend
-
-    if backend.simulator():
-        return
-    replacements = {"lowering": numba_lowering, "ssa": numba_ssa, "liveness": numba_liveness, "scopes": numba_scopes,
-                    "typing": numba_typing, "dominators": numba_dominators}
-    wanted = numba_passes_wanted()
-    for name in NUMBA_PASSES:
-        if name in wanted:
-            replacements[name].install()
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Replay: the tuner's own search run against a sweep instead of a GPU, to score samplers and settings.
 
-Each replay builds a real ``Tuner`` (the same sampler set-up, starts, pruning, duplicate handling and tie rule)
-on an in-memory study, and answers each configuration it asks for from the sweep (``sweep.py``). A simulated
+Each replay builds the tuner's real search policy (``policy.SearchPolicy``: the same sampler set-up, starts,
+pruning, duplicate handling and tie rule) on an in-memory study, and answers each configuration it asks for from the sweep (``sweep.py``). A simulated
 clock charges each trial what it cost when recorded: its compile seconds shared by the compile workers, or its
 measure seconds, whichever is larger (the tuner compiles ahead on the CPUs while the GPU measures, so the slower
 of the two stages sets the pace); repeated and invalid proposals cost nothing.
@@ -18,10 +18,12 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..core.space import load_space
 from ..core.timing import quantile
+from .policy import SearchPolicy, make_sampler
 from .records import Outcome
+from .settings import TuneConfig
 from .sweep import Sweep, SweepError
-from .tuner import TuneConfig, Tuner
 
 TRIAL_BUDGETS = (10, 20, 50, 100)
 ASKS_PER_TRIAL = 50  # as the tuner: a search that keeps proposing invalid or repeated points is exhausted
@@ -75,17 +77,19 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
     config = TuneConfig(trials=settings.trials, sampler=settings.sampler, seed=seed, baseline=False,
                         space_path=str(sweep.space_path) if sweep.space_path else None,
                         startup_trials=settings.startup_trials, starts=settings.starts, refine=settings.refine)
-    tuner = Tuner(sweep.problem, config, sweep.device, report=lambda line: None,
-                  neighbours=[dict(n) for n in settings.neighbours], name="replay",
-                  storage=optuna.storages.InMemoryStorage())
-    tuner.prepare()
+    study = optuna.create_study(storage=optuna.storages.InMemoryStorage(), direction="minimize",
+                                sampler=make_sampler(config.sampler, config.seed, config.startup_trials))
+    space = load_space(sweep.problem.family, config.space_path).for_dtype(sweep.problem.dtype, sweep.problem.args)
+    policy = SearchPolicy(sweep.problem, config, sweep.device, study, space, owner="replay",
+                         neighbours=[dict(n) for n in settings.neighbours])
+    policy.prepare()
     workers = settings.compile_workers or sweep.compile_workers
     steps: list[Step] = []
     counted, clock = 0, 0.0
     for _ in range(ASKS_PER_TRIAL * settings.trials):
         if counted >= settings.trials:
             break
-        asked = tuner.ask()
+        asked = policy.ask()
         if asked is None:
             break
         trial, chosen = asked
@@ -94,12 +98,12 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
             raise SweepError(f"the sweep has no row for {chosen}, which is valid in its search space: it was "
                              "recorded with another space or older code; record it again")
         outcome: Outcome = row.outcome(sweep.problem)
-        tuner.tell(trial, outcome)
+        policy.tell(trial, outcome)
         clock += max(row.compile_s / workers, row.measure_s)
         if row.stage == "pruned":
             continue
         counted += 1
-        picked = tuner.best_trial()  # the tuner's own tie rule
+        picked = policy.best_trial()  # the policy's own tie rule
         steps.append(Step(counted, clock, picked.user_attrs["timing"]["median_ms"] if picked else math.inf))
     return steps
 
@@ -107,7 +111,7 @@ def replay_once(sweep: Sweep, settings: Settings, seed: int) -> list[Step]:
 def random_fraction(sweep: Sweep, trials: float) -> float:
     """The expected fraction of the optimum that random sampling without replacement reaches in ``trials``
     counted trials: the fastest of n distinct configurations drawn from the N the sweep holds (failed ones count
-    as draws that find nothing; configurations pruned after compiling are not counted, as the tuner counts)."""
+    as draws that find nothing; configurations pruned after compiling are not counted, as the policy counts)."""
     counted = [r for r in sweep.rows if r.stage != "pruned"]
     big_n = len(counted)
     n = max(0, min(big_n, int(trials)))
@@ -169,7 +173,7 @@ def replay(sweep: Sweep, settings: Settings, seeds: Sequence[int]) -> list[list[
 
 
 def neighbours_from(files: Sequence, sweep: Sweep, count: int = 3) -> tuple[dict[str, Any], ...]:
-    """The winners of the ``count`` nearest other shapes in the given database files, as the tuner starts from
+    """The winners of the ``count`` nearest other shapes in the given database files, as the policy starts from
     its neighbours; the entry of the sweep's own shape is left out (it would give the answer away)."""
     from ..runtime.db import load_file
     from ..runtime.lookup import by_distance

@@ -51,7 +51,12 @@ def tune_table(results, device: DeviceInfo) -> str:
 
 
 def versions() -> dict[str, str]:
+    """The toolchain a measurement was made with: Numba, numba-cuda, CUDA, and the replacements of numba-cuda
+    internals that were active (autotune/_patches), which change compile speed only, recorded so that an entry says
+    what made it."""
     import numba
+
+    from .. import _patches
 
     out = {"numba": numba.__version__}
     try:
@@ -65,6 +70,7 @@ def versions() -> dict[str, str]:
 
         out["cuda_runtime"] = ".".join(map(str, cuda.runtime.get_version()))
         out["cuda_driver"] = ".".join(map(str, cuda.cudadrv.driver.driver.get_version()))
+    out["numba_patches"] = ",".join(_patches.active(backend.simulator())) or "none"
     return out
 
 

@@ -1,28 +1,23 @@
-"""The search: an Optuna study per problem and device, fed by a compile pool and drained by GPU workers.
+"""The runner: one problem tuned on one or more GPUs, its variants compiled by a pool of CPU processes and checked
+and timed by a worker process per GPU, the search policy (tuning/policy.py) deciding what to measure.
 
-    sample (Optuna) -> validate (search space) -> duplicate? -> compile (CPU pool) -> verify + time (GPU worker)
+    policy.ask -> compile (CPU pool, ahead) -> verify + time (GPU worker) -> policy.tell
 
 A trial's outcome is always told to the study: COMPLETE with the median time, PRUNED when the configuration
 breaks a constraint or a device limit (no GPU time spent), FAIL with a reason when it does not compile,
 gives a wrong result, crashes or hangs its worker. Studies live in Optuna storage (a journal file by default),
-so a run that is killed resumes where it stopped: trials it left running are failed and queued again.
-
-Study parameters are indices into the search space's value lists for integer parameters (so TPE and CMA-ES
-see them as ordered) and the names themselves for the others; the user attribute ``config`` holds the values.
+so a run that is killed resumes where it stopped: trials it left running are failed and queued again, and an
+interrupted run records nothing half-done.
 """
 from __future__ import annotations
 
-import importlib.util
 import os
-import random
 import socket
 import sys
 import threading
 import time
-import warnings
-from dataclasses import dataclass, field, replace
-from pathlib import Path
-from typing import Any, Callable, Iterator
+from dataclasses import dataclass, replace
+from typing import Any, Callable
 
 import optuna
 from optuna.trial import TrialState
@@ -30,56 +25,17 @@ from optuna.trial import TrialState
 from ..core import backend
 from ..core.device import DeviceInfo
 from ..core.problem import Problem
-from ..core.space import SearchSpace, config_key, load_space
-from ..core.timing import Timing
+from ..core.space import load_space
 from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
-from .records import COMPILE_TIMEOUT_S, Outcome, job_for
+from .policy import SearchPolicy, make_sampler
+from .records import Outcome, job_for
+from .settings import TuneConfig, TuneResult
 from .storage import journal_path, open_database, open_journal, open_study
-from .worker import CompilePool, CompilePools, Worker, default_compile_workers
+from .worker import CompilePool, CompilePools, Worker
 
-SAMPLERS = ("tpe", "random", "grid", "cmaes")
-optuna.logging.set_verbosity(optuna.logging.WARNING)
 MAX_REGISTERS_PER_BLOCK = 65536
 STOP_JOIN_S = 30.0  # how long an interrupted run waits for a GPU thread to leave the job it was on
-UNDECIDED_WAIT_S = 30.0  # a process killed between ask and writing its configuration holds others this long
-
-
-@dataclass
-class TuneConfig:
-    trials: int = 60
-    timeout_s: float | None = None
-    sampler: str = "tpe"
-    seed: int = 0
-    storage: str | None = None
-    state_dir: Path = Path("autotune-out")
-    devices: tuple[int, ...] = (0,)
-    space_path: str | None = None
-    compile_workers: int = default_compile_workers()
-    job_timeout_s: float = 90.0
-    compile_timeout_s: float = COMPILE_TIMEOUT_S
-    baseline: bool = True
-    startup_trials: int = 10  # TPE's random trials before it models the results
-    starts: bool = True  # measure the search space's starting configurations first
-    refine: bool = True  # after the start-up trials, two in three measure neighbours of the fastest so far
-
-
-@dataclass
-class TuneResult:
-    problem: Problem
-    study_name: str
-    best: dict[str, Any] | None
-    timing: dict[str, Any] | None
-    rate: float | None
-    resources: dict[str, Any] | None
-    baseline: dict[str, Any] | None
-    measured: int
-    failed: int
-    pruned: int
-    per_minute: float
-    meaningful: bool = True
-    failures: list[str] = field(default_factory=list)
-    incumbent_measured: bool = False
 
 
 def study_name(problem: Problem, device: DeviceInfo) -> str:
@@ -93,43 +49,6 @@ def open_storage(config: TuneConfig, device: DeviceInfo, report: Callable[[str],
     return open_journal(journal_path(config.state_dir, device.slug), report)
 
 
-def make_sampler(name: str, seed: int, startup_trials: int = 10) -> optuna.samplers.BaseSampler:
-    if name == "tpe":
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, constant_liar=True,
-                                              n_startup_trials=startup_trials)
-    if name == "random" or name == "grid":  # grid: configurations are enqueued in order (see _grid)
-        return optuna.samplers.RandomSampler(seed=seed)
-    if name == "cmaes":
-        if importlib.util.find_spec("cmaes") is None:  # Optuna would fail only at its first sample, in a trial
-            raise ValueError("the cmaes sampler needs the cmaes package: pip install \"autotune[cmaes]\"")
-        return optuna.samplers.CmaEsSampler(seed=seed, warn_independent_sampling=False)
-    raise ValueError(f"unknown sampler {name!r}; choose one of {', '.join(SAMPLERS)}")
-
-
-def study_params(space: SearchSpace, config: dict[str, Any]) -> dict[str, Any]:
-    """The Optuna parameters that stand for a configuration (indices for integers)."""
-    out = {}
-    for name, value in config.items():
-        values = space.params[name].values
-        out[name] = values.index(value) if isinstance(values[0], int) else value
-    return out
-
-
-def suggest(trial: optuna.Trial, space: SearchSpace, family: dict[str, Any]) -> dict[str, Any]:
-    """A configuration sampled parameter by parameter; conditional ones only where they apply."""
-    chosen: dict[str, Any] = {}
-    for param in space.params.values():
-        if not space.applies(param, chosen, family):
-            continue
-        if isinstance(param.values[0], int):
-            chosen[param.name] = param.values[trial.suggest_int(param.name, 0, len(param.values) - 1)]
-        else:
-            chosen[param.name] = trial.suggest_categorical(param.name, list(param.values))
-    return chosen
-
-
 class Tuner:
     """Tunes one problem on one or more GPUs of one model into one study."""
 
@@ -141,8 +60,6 @@ class Tuner:
         ``neighbours``: the winners of nearby shapes, measured next. ``name``: the study's name (default: the
         problem's key at the GPU model); ``storage``: an Optuna storage to use instead of the configured one."""
         self.problem = problem
-        self.incumbent = incumbent
-        self.neighbours = list(neighbours or [])
         self.config = config
         self.device = device
         self.space = load_space(problem.family, config.space_path).for_dtype(problem.dtype, problem.args)
@@ -152,23 +69,14 @@ class Tuner:
                                 make_sampler(config.sampler, config.seed, config.startup_trials),
                                 url=None if storage else config.storage)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
-        self._lock = threading.Lock()
-        self._seen: dict[str, int] = {}
+        self.policy = SearchPolicy(problem, config, device, self.study, self.space, self.owner, incumbent=incumbent,
+                                   neighbours=neighbours)
+        self._lock = self.policy.lock  # the policy's state and the trials in flight change together under it
         self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
         self._stopping = threading.Event()
-        self._grid: Iterator[dict[str, Any]] | None = None
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
-        self._rng = random.Random(config.seed)
-        self._barren: set = set()  # first-parameter values random_valid found no valid configuration for
 
     # -- bookkeeping over the study -------------------------------------------------------------
-    def _counts(self) -> tuple[int, int, int]:
-        trials = self.study.get_trials(deepcopy=False)
-        measured = sum(t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs for t in trials)
-        failed = sum(t.state == TrialState.FAIL and "stage" in t.user_attrs for t in trials)
-        pruned = sum(t.state == TrialState.PRUNED for t in trials)
-        return measured, failed, pruned
-
     def recover_interrupted(self) -> int:
         """Fail and re-queue the trials a killed run of this host left RUNNING; returns how many."""
         host = socket.gethostname()
@@ -189,182 +97,13 @@ class Tuner:
         if params:
             self.study.enqueue_trial(params, skip_if_exists=False)
 
-    def _index_seen(self) -> None:
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.FAIL)):
-            if "config" in t.user_attrs and "stage" in t.user_attrs:
-                self._seen.setdefault(config_key(t.user_attrs["config"]), t.number)
-
-    # -- sampling -------------------------------------------------------------------------------------
+    # -- the policy's view ------------------------------------------------------------------------------
     def ask(self) -> tuple[optuna.Trial, dict[str, Any]] | None:
-        """The next trial that needs compiling and measuring (invalid and repeated ones are told here).
+        """The next trial to compile and measure (``SearchPolicy.ask``)."""
+        return self.policy.ask()
 
-        Every sampler proposal is told to the study, so the sampler learns which regions are invalid or done.
-        After three rejected proposals in a row, a random valid configuration not yet measured is enqueued, so
-        a sampler that keeps proposing the same point cannot stall the search.
-        """
-        rejected = 0
-        for _ in range(500):
-            with self._lock:
-                if self.config.sampler == "grid":
-                    self._enqueue_next_grid_point()
-                elif self._refinement_due() and self._enqueue_neighbour_of_fastest():
-                    pass  # the neighbour is the trial asked for next
-                elif rejected and rejected % 3 == 0 and not self._enqueue_random_unseen():
-                    return None
-                trial = self.study.ask()
-                trial.set_user_attr("owner", self.owner)
-                config = suggest(trial, self.space, self.problem.args)
-                trial.set_user_attr("config", config)
-                problem = self._prune_reason(config)
-                if problem:
-                    trial.set_user_attr("reason", problem)
-                    self.study.tell(trial, state=TrialState.PRUNED)
-                    rejected += 1
-                    continue
-                earlier = self._seen.get(config_key(config))
-                if earlier is None and self.config.storage:
-                    earlier = self._seen_elsewhere(config, trial.number)
-                if earlier is not None:
-                    self._repeat(trial, earlier)
-                    rejected += 1
-                    continue
-                self._seen[config_key(config)] = trial.number
-                return trial, config
-        return None
-
-    def _refinement_due(self) -> bool:
-        """Two of every three trials after the start-up ones, once the queue (starts, re-queued trials) is
-        empty. Counted over the configurations the study holds, so a resumed run keeps the rhythm."""
-        handed = len(self._seen)
-        return (self.config.refine and handed >= self.config.startup_trials and handed % 3 != 0
-                and not self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)))
-
-    def _enqueue_neighbour_of_fastest(self) -> bool:
-        """Queue the first unmeasured valid neighbour (one parameter one step away, ``SearchSpace.neighbours``)
-        of the fastest trial whose neighbourhood is not yet measured, if there is one."""
-        done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if "duplicate_of" not in t.user_attrs and "timing" in t.user_attrs]
-        for t in sorted(done, key=lambda t: _timing(t).median_ms):
-            for config in self.space.neighbours(t.user_attrs["config"], dtype=self.problem.dtype,
-                                                args=self.problem.args):
-                if config_key(config) not in self._seen and not self._prune_reason(config):
-                    self.study.enqueue_trial(study_params(self.space, config))
-                    return True
-        return False
-
-    def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
-        """A trial of another process sharing the storage that took the same configuration first.
-
-        Another process may have asked for an earlier trial and not yet written its configuration; the
-        answer waits for those (each is written right after its ask), else both processes would measure it.
-        """
-        key = config_key(config)
-        deadline = time.monotonic() + UNDECIDED_WAIT_S
-        while True:
-            earlier = [t for t in self.study.get_trials(deepcopy=False) if t.number < number]
-            for t in earlier:
-                if key == config_key(t.user_attrs.get("config", {})) and \
-                        (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
-                    return t.number
-            undecided = any(t.state == TrialState.RUNNING and "config" not in t.user_attrs for t in earlier)
-            if not undecided or time.monotonic() > deadline:
-                return None
-            time.sleep(0.05)
-
-    def _enqueue_random_unseen(self) -> bool:
-        """Queue a valid configuration not yet seen: a random draw (``SearchSpace.random_valid``: the strategy
-        first, so that tiled configurations come up where few of them are valid), else a one-step neighbour of a
-        configuration seen (in random order), the guarantee where draws keep finding seen ones. False only when
-        neither finds one."""
-        for _ in range(1000):
-            config = self.space.random_valid(self._rng, dtype=self.problem.dtype, args=self.problem.args,
-                                             barren=self._barren)
-            if config is None:
-                break
-            if config_key(config) not in self._seen:
-                self.study.enqueue_trial(study_params(self.space, config))
-                return True
-        return self._enqueue_unseen_neighbour()
-
-    def _enqueue_unseen_neighbour(self) -> bool:
-        seen = [t.user_attrs["config"] for t in self.study.get_trials(deepcopy=False)
-                if "config" in t.user_attrs and config_key(t.user_attrs["config"]) in self._seen]
-        self._rng.shuffle(seen)
-        for config in seen:
-            for neighbour in self.space.neighbours(config, dtype=self.problem.dtype, args=self.problem.args):
-                if config_key(neighbour) not in self._seen and not self._prune_reason(neighbour):
-                    self.study.enqueue_trial(study_params(self.space, neighbour))
-                    return True
-        return False
-
-    def _prune_reason(self, config: dict[str, Any]) -> str | None:
-        try:
-            self.space.validate(config, dtype=self.problem.dtype, args=self.problem.args, fill_defaults=False)
-        except ValueError as exc:
-            return str(exc)
-        return self.problem.impl.unfit_for(config, self.device)
-
-    def _repeat(self, trial: optuna.Trial, earlier: int) -> None:
-        """A configuration measured before (or being measured by another process): answered from the study,
-        not run again."""
-        before = self.study.trials[earlier]
-        trial.set_user_attr("duplicate_of", earlier)
-        if before.state == TrialState.RUNNING:
-            trial.set_user_attr("reason", f"same configuration as trial {earlier}, still running elsewhere")
-            self.study.tell(trial, state=TrialState.PRUNED)
-        elif before.state == TrialState.COMPLETE:
-            self.study.tell(trial, before.value)
-        else:
-            trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
-            self.study.tell(trial, state=TrialState.FAIL)
-
-    def _enqueue_starts(self) -> None:
-        """The database's current winner first, then its nearby shapes' winners and the search space's starting
-        configurations (those valid for this problem and not in the study yet), so the sampler begins from
-        known-good regions; on resume nothing is added twice.
-
-        Each start is first tried in the form its family fits best to this problem (e.g. split-K where its tiles
-        leave SMs idle), one per start, then in its other forms; all of them together take at most half of the
-        trials, so that the sampler and the refinement around the fastest get the rest (the refinement reaches
-        the other forms as one-step neighbours)."""
-        if self.config.sampler == "grid":
-            return
-        own = list(self.space.starts) if self.config.starts else []
-        first, later = [], []
-        for start in self.neighbours + own:
-            variants = self._start_variants(start)
-            first += variants[:1]
-            later += variants[1:]
-        incumbent = [c for c in [self._validated(self.incumbent)] if c] if self.incumbent else []
-        queued: set[str] = set()
-        for config in incumbent + first + later:
-            key = config_key(config)
-            if len(queued) >= max(1, self.config.trials // 2):
-                break
-            if key not in self._seen and key not in queued:
-                self.study.enqueue_trial(study_params(self.space, config), skip_if_exists=True)
-                queued.add(key)
-
-    def _validated(self, start: dict[str, Any]) -> dict[str, Any] | None:
-        return self.space.checked_or_none(start, dtype=self.problem.dtype, args=self.problem.args)
-
-    def _start_variants(self, start: dict[str, Any]) -> list[dict[str, Any]]:
-        """A start in the forms its family fits to this problem, best fit first (e.g. split-K for a matmul too
-        small to fill the GPU), the start as given among them or last; only those valid for the problem."""
-        config = self._validated(start)
-        if config is None:
-            return []
-        forms = self.problem.impl.problem_starts(config, self.problem, self.device, self.space)
-        return [c for c in forms if not self._prune_reason(c)] + ([] if config in forms else [config])
-
-    def _enqueue_next_grid_point(self) -> None:
-        if self._grid is None:
-            self._grid = iter(self.space.configurations(self.problem.args))
-        for config in self._grid:
-            if config_key(config) in self._seen or self._prune_reason(config):
-                continue
-            self.study.enqueue_trial(study_params(self.space, config))
-            return
+    def best_trial(self) -> optuna.trial.FrozenTrial | None:
+        return self.policy.best_trial()
 
     # -- the pipeline --------------------------------------------------------------------------------
     def prepare(self) -> None:
@@ -372,8 +111,7 @@ class Tuner:
         recovered = self.recover_interrupted()
         if recovered:
             self.report(f"resumed: {recovered} interrupted trial(s) queued again")
-        self._index_seen()
-        self._enqueue_starts()
+        self.policy.prepare()
 
     def run(self, pools: CompilePools | None = None) -> TuneResult:
         """Tune the problem: compiles in ``pools``' warmed pool (kept for the next problem when none is left
@@ -381,7 +119,7 @@ class Tuner:
         cfg = self.config
         self.prepare()
         start = time.monotonic()
-        measured_before, _, _ = self._counts()
+        measured_before, _, _ = self.policy.counts()
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
         simulator = backend.simulator()
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
@@ -410,7 +148,7 @@ class Tuner:
                 pool.stop()
             if self._stopping.is_set():
                 self._requeue_in_flight()
-        measured, _, _ = self._counts()
+        measured, _, _ = self.policy.counts()
         return self.result(self._baseline, time.monotonic() - start, measured - measured_before)
 
     def _feed(self, compiles: CompileQueue, deadline: float | None) -> None:
@@ -422,7 +160,7 @@ class Tuner:
                 self._wait_for_flight()
                 return
             with self._lock:
-                measured, failed, _ = self._counts()
+                measured, failed, _ = self.policy.counts()
                 busy = len(self._flight)
             if measured + failed + busy >= self.config.trials:
                 if busy == 0:
@@ -466,7 +204,7 @@ class Tuner:
         """``_requeue_left`` for a trial of this run, which is then neither seen nor in flight. Called under the
         lock."""
         self._requeue_left(trial.number, trial.params)
-        self._seen.pop(config_key(config), None)
+        self.policy.forget(config)
         self._flight.pop(trial.number, None)
 
     def _stop_now(self, pool, workers: list[Worker], compiles: CompileQueue) -> None:
@@ -544,19 +282,13 @@ class Tuner:
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
-        for key, value in outcome.attrs().items():
-            trial.set_user_attr(key, value)
-        if outcome.ok:
-            self.study.tell(trial, outcome.timing["median_ms"])
-        elif outcome.stage == "pruned":
-            self.study.tell(trial, state=TrialState.PRUNED)
-        else:
-            self.study.tell(trial, state=TrialState.FAIL)
+        """Tell the policy (and so the study) the outcome, and print the run's progress."""
+        self.policy.tell(trial, outcome)
         self._progress(trial.number, outcome)
 
     def _progress(self, number: int, outcome: Outcome) -> None:
-        measured, failed, _ = self._counts()
-        best = self.best_trial()
+        measured, failed, _ = self.policy.counts()
+        best = self.policy.best_trial()
         best_text = f"best {best.user_attrs['timing']['median_ms']:.4g} ms (#{best.number})" if best else "best -"
         bar = _bar(measured + failed, self.config.trials)
         if outcome.ok:
@@ -596,22 +328,13 @@ class Tuner:
         family has none."""
         if not self.problem.impl.baseline:
             return None
-        return load_space(self.problem.family).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype, args=self.problem.args)
+        return load_space(self.problem.family).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype,
+                                                        args=self.problem.args)
 
     # -- the outcome ---------------------------------------------------------------------------------
-    def best_trial(self) -> optuna.trial.FrozenTrial | None:
-        """The earliest trial that no later one beats by more than the measured noise."""
-        best = None
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if "duplicate_of" in t.user_attrs or "timing" not in t.user_attrs:
-                continue
-            if best is None or _timing(t).faster_than(_timing(best)):
-                best = t
-        return best
-
     def result(self, baseline=None, elapsed: float = 0.0, measured_now: int = 0) -> TuneResult:
-        measured, failed, pruned = self._counts()
-        best = self.best_trial()
+        measured, failed, pruned = self.policy.counts()
+        best = self.policy.best_trial()
         failures = [f"#{t.number} {t.user_attrs.get('stage')}: {t.user_attrs.get('reason', '')[:160]}"
                     for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
                     if "stage" in t.user_attrs]
@@ -624,17 +347,7 @@ class Tuner:
             baseline=baseline, measured=measured, failed=failed, pruned=pruned,
             per_minute=60.0 * measured_now / elapsed if elapsed > 0 else 0.0,
             meaningful=not backend.simulator(), failures=failures,
-            incumbent_measured=self._incumbent_measured())
-
-    def _incumbent_measured(self) -> bool:
-        if not self.incumbent:
-            return False
-        try:
-            key = config_key(self.space.validate(self.incumbent, dtype=self.problem.dtype, args=self.problem.args))
-        except ValueError:
-            return False
-        return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
-                   for t in self.study.get_trials(deepcopy=False))
+            incumbent_measured=self.policy.incumbent_measured())
 
 
 @dataclass(frozen=True)
@@ -643,10 +356,6 @@ class Seed:
 
     params: dict[str, Any]
     job: Any
-
-
-def _timing(t: optuna.trial.FrozenTrial) -> Timing:
-    return Timing.from_dict(t.user_attrs["timing"])
 
 
 def _alive(pid: int) -> bool:
