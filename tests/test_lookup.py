@@ -118,7 +118,7 @@ def test_results_match_numpy(folder, kind, shape, family):
 def test_second_process_reuses_the_generated_source(folder):
     """The generated module is a file named by its content's hash, never rewritten: what lets Numba's disk
     cache (cache=True in the GPU rendering) find the compiled kernel in a second process. The cache hit
-    itself needs a GPU; scripts/device-selftest.sh asserts it there."""
+    itself needs a GPU: `python lab/first_call.py` shows it there (a second process loads, not compiles)."""
     k, _ = lookup("matmul", (64, 64, 64), db=folder)
     path = source_path(k.source)
     stamp = path.stat().st_mtime_ns

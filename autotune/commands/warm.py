@@ -5,8 +5,7 @@ later processes (``get_best_kernel``) load the compiled kernel instead of compil
 compiles the entries of the GPU models with that compute capability to PTX and links them to a cubin (nvJitLink),
 which proves they build and reports their registers and spills. Each entry's compile seconds, registers and
 spills are printed, then a total. An entry that spills here but was tuned without spilling (its recorded
-resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers differently, which may cost speed
-(benchmarks/NOTES.md item 48).
+resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers differently, which may cost speed.
 """
 from __future__ import annotations
 

@@ -32,8 +32,8 @@ class Timing:
 
         The tuner keeps an earlier winner unless a later variant is faster in this sense, so ties within the
         noise go to the configuration found first and winners are reproducible. The second clause keeps one
-        noisy measurement from standing forever: a recorded 0.0365 ms (p20 0.030, p80 0.062) would otherwise
-        hold off a steady 0.0220 ms (p20-p80 0.0218-0.0222)."""
+        noisy measurement from standing forever: a recorded median with a wide p20-p80 range would otherwise hold
+        off a steady, clearly faster one whose whole range lies below its p20."""
         margin = 0.5 * max(self.p80_ms - self.p20_ms, other.p80_ms - other.p20_ms)
         return self.median_ms < other.median_ms - margin or self.p80_ms < other.p20_ms
 

@@ -10,7 +10,7 @@ instruction that reads them can be scheduled between a multiply and the wait tha
 A descriptor names an operand's start in shared memory and two strides in bytes: ``lbo`` between core matrices
 (8 rows of 16 bytes) adjacent along K in a K-major operand, or between 64-wide panels of an M/N-major one, and
 ``sbo`` between groups of 8 rows; and the swizzle of the tile. With the 128-byte swizzle (the one the matmul
-template uses: without it the H100 ran the same kernel 2.6x slower) rows are 128 bytes and 16-byte chunk q of row
+template uses: without it shared-memory bank conflicts slow the kernel severalfold) rows are 128 bytes and 16-byte chunk q of row
 r sits at chunk q ^ (r % 8), from a 1024-byte aligned start. Writes by ``cp.async`` or ``st.shared`` become
 visible to wgmma (the async proxy) after ``fence_proxy_async`` and a barrier.
 

@@ -1,8 +1,8 @@
 """Replayed kernel launches with their parameter buffer built once.
 
 numba-cuda launches through cuda.core's ``launch(stream, config, kernel, *args)``, which converts every argument
-into a C parameter buffer (its ``ParamHolder``) at each call before the driver launches: 0.8-1.5 us of the
-4.8-7.8 us of host time a launch cost on H100 machines (``lab/host_time_ab.py``). A kept plan
+into a C parameter buffer (its ``ParamHolder``) at each call before the driver launches: a good part of a
+launch's host time (``lab/host_time_ab.py`` measures it). A kept plan
 (autotune/runtime/launch.py) replays the same arguments every time, so here the buffer is built once, by that same
 ``ParamHolder`` (cuda.core's conversions, not a copy of them), and each replay hands it to the driver's
 ``cuLaunchKernel`` (cuda.bindings, public).
@@ -89,8 +89,8 @@ def _bytes(value) -> bytes | None:
 
 def memset_d32() -> Callable[[int, int, int, int], None]:
     """``memset(pointer, value, words, stream)``: the driver's cuMemsetD32Async of ``words`` 32-bit ``value``s
-    from ``pointer`` on the stream with that handle, through cuda.bindings with its result checked (0.35-0.9 us
-    less per call than Numba's wrapper of it on H100 machines); Numba's wrapper where the pieces above are missing."""
+    from ``pointer`` on the stream with that handle, through cuda.bindings with its result checked (less host time
+    per call than Numba's wrapper of it); Numba's wrapper where the pieces above are missing."""
     pieces = _pieces()
     if pieces is None:
         from numba.cuda.cudadrv.driver import driver

@@ -1,8 +1,7 @@
 """Low-overhead launches: a kernel call checked and prepared once, then replayed for the cost of its launches.
 
 A checked call (``k(x, out=r)``) converts and validates arrays, picks the launch configuration and lets Numba's
-dispatcher type the arguments: 100-200 us of host time, which is more than a whole reduction of 2**20 elements
-takes on the GPU. ``Plan`` keeps what such a call launched, with each kernel's arguments already packed, and
+dispatcher type the arguments: more host time than a whole reduction of a million elements takes on the GPU. ``Plan`` keeps what such a call launched, with each kernel's arguments already packed, and
 replays it with one driver launch per kernel, its parameter buffer built once (autotune/runtime/kernel_launch.py): no
 typing, no checks, no allocation, no synchronisation.
 
@@ -179,8 +178,8 @@ def _simulate(configured, args):
     """One launch in Numba's CUDA simulator, with the interpreter switching threads every SIMULATOR_SWITCH_S.
 
     The simulator runs each GPU thread as a Python thread, and its block manager polls them in a loop to find
-    when all have reached a barrier; at the default switch interval (5 ms) every barrier and warp shuffle
-    waits whole intervals for the threads to be scheduled, and kernels with many of them run 3-5x slower."""
+    when all have reached a barrier; at the default switch interval every barrier and warp shuffle waits whole
+    intervals for the threads to be scheduled, and kernels with many of them run several times slower."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, SIMULATOR_SWITCH_S))
     try:
@@ -201,9 +200,8 @@ def fill(module, d, value, simulator: bool, stream=0) -> tuple:
 
 
 def zero(module, d, simulator: bool, stream=0) -> tuple:
-    """The step that zeroes a flat device array: a driver memset on the stream the kernels launch on (0.5-1.5%
-    faster than the fill kernel on the H200's split-K entries); the fill kernel in the simulator, which has no
-    driver."""
+    """The step that zeroes a flat device array: a driver memset on the stream the kernels launch on (faster than
+    the fill kernel ahead of a split-K sum); the fill kernel in the simulator, which has no driver."""
     if simulator:
         return fill(module, d, 0, simulator)
     return (Memset(kernel_launch.memset_d32(), arrays.device_pointer(d), d.size * d.dtype.itemsize // 4, int(stream)),)

@@ -46,11 +46,9 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
     ``get_best_kernel("matmul", (4096, 4096, 4096))(A, B)``;
     ``get_best_kernel("reduce", (1 << 24,), op="max")(x)``; ``get_best_kernel("reduce", (M, N), axis=1)``.
 
-    The first call of a kernel in a process with an empty disk cache compiles it: one to two seconds for a
-    reduction, 2.5-6 s of compiling for an fp32 matmul winner on one core of a 2-core CPU; on an H100 machine the
-    first call of the 4096^3 winner takes 7.5 s (1.6 s with the cache filled). ``autotune warm`` compiles every
-    database entry ahead (run it once when you build a container or install on a machine); later processes load
-    the compiled code.
+    The first call of a kernel in a process with an empty disk cache compiles it (seconds for a large matmul);
+    ``autotune warm`` compiles every database entry ahead (run it once when you build a container or install on a
+    machine), and later processes load the compiled code (README, "First call").
     """
     problem = Problem(family, shape, dtype, family_args)
     folders = lookup_folders(db, device)
@@ -176,8 +174,8 @@ def tuning_starts(path: Path | list[Path], problem: Problem, neighbours: int = 3
     """What a tuning run measures first: the entry for ``problem`` in the file the run writes (``path``, or the
     first of a list; the incumbent, None if there is none), then the winners of the ``neighbours`` nearest other
     entries of its family, dtype and arguments in the files given (the shipped file's entry for this very shape
-    counts as the nearest). A neighbour is often close to this shape's best: the 1024^3 winner, clamped at the
-    edges, beat the 1000^3 entry by 16% on the H100."""
+    counts as the nearest). A neighbour is often close to this shape's best, or better than its recorded entry (a
+    1024^3 winner, clamped at the edges, has beaten a 1000^3 entry)."""
     paths = [path] if isinstance(path, Path) else list(path)
     incumbent, ranked = None, []
     for index, p in enumerate(paths):

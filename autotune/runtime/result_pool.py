@@ -1,8 +1,8 @@
 """New result arrays from a cache of device blocks: what a call that returns a new array allocates.
 
 Numba's ``cuda.device_array`` asks the driver for memory at every call and frees it in batches (``cuMemFree``,
-which waits for the device): 31-177 us of host time per small array on the H100, and a 1024^3 matmul without
-``out=`` took 2.6x the host time of one with it. Here a result's block goes back, when the garbage collector
+which waits for the device): more host time per small array than the call's launches, so that a matmul without
+``out=`` cost several times the host time of one with it. Here a result's block goes back, when the garbage collector
 drops the last array or view on it, to a free list kept per (CUDA context, stream, size), and the next result of
 that size on that stream takes it. Work on one stream runs in order, so whatever the block's last owner queued
 on that stream finishes before the next writer starts: the rule of CuPy's and PyTorch's caching allocators, with
@@ -15,8 +15,7 @@ allocation fails, the cache is given back and the allocation tried once more. In
 plain ``cuda.device_array``s.
 
 Numba's ``MemoryPointer`` (a buffer, the type its external-memory plugins return) and ``DeviceNDArray`` (an
-array on given memory) are used only here, in two ways that made a result cost about 2.5 us of host time less on
-H100 machines: the block goes back to the cache from ``__del__`` of a ``MemoryPointer`` subclass (the class's
+array on given memory) are used only here, in two ways that take host time off every result: the block goes back to the cache from ``__del__`` of a ``MemoryPointer`` subclass (the class's
 docstring leaves the buffer's lifetime to subclasses, as Numba's ``AutoFreePointer`` does) rather than a
 ``weakref.finalize``, and an array is a copy of the attributes Numba's constructor gave the first array of its
 form, with its own memory.

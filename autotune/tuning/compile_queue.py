@@ -1,7 +1,7 @@
 """Variants on their way from the compile pool to the GPU threads, handed on in the order their compiles finish.
 
-Compile times within one search differ by more than tenfold (4096^3 matmul variants on the H100 machine: 0.1 to
-12 s, and one of 71 s), so a variant reaches a GPU thread as soon as its own compile ends. Handed on in the order
+Compile times within one search differ by more than a hundredfold (a cached variant loads at once, a large
+register tile compiles for a minute), so a variant reaches a GPU thread as soon as its own compile ends. Handed on in the order
 submitted, with the number in flight bounded, one slow compile would hold every finished one behind it and leave
 the pool idle until it ended.
 """

@@ -14,7 +14,7 @@ from typing import Any
 
 STAGES = ("compile", "pruned", "load", "verify", "run", "timeout")
 #: Seconds a variant may take to compile before it is a failed trial ("timeout"): tune's and selftest's default.
-#: Tiles of 16x8 per thread with K unrolled 16-32 times took over 90 s on the H100 machine's CPUs.
+#: The largest register tiles, fully unrolled, take minutes on a busy machine: a limit that ends only real hangs.
 COMPILE_TIMEOUT_S = 300.0
 
 

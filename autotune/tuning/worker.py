@@ -45,11 +45,9 @@ def plain_numba_errors() -> None:
     """Numba's error messages without terminal colours in this process (effective where Numba is not imported
     yet, as in our freshly spawned children).
 
-    Where colorama is installed, Numba marks up the message of every error it creates, and a compile creates
-    thousands that type inference raises and catches (7,406 `literal` refusals in a 16 x 8-tile matmul), each
-    markup wrapping the standard streams through colorama anew: 8% of such a compile on the project's CPU
-    (5.0 -> 4.6 s), 16-20% on an H100 machine's Python 3.12 (benchmarks/NOTES.md, item 52). A child's errors are
-    recorded as text, where escape codes are noise anyway."""
+    Where colorama is installed, Numba marks up the message of every error it creates, and a compile creates thousands
+    that type inference raises and catches, each markup wrapping the standard streams through colorama anew: a
+    measurable part of every compile. A child's errors are recorded as text, where escape codes are noise anyway."""
     os.environ["NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"] = "1"
 
 

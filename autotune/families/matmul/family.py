@@ -278,8 +278,8 @@ class MatmulFamily(KernelFamily):
 
     def default_params(self, problem) -> dict[str, Any]:
         """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
-        at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
-        (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
+        at a TF32 precision, a tensor-core configuration that won big squares at both TF32 precisions (smaller
+        tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
         if problem.args["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
@@ -299,8 +299,8 @@ class MatmulFamily(KernelFamily):
         90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
         tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
-        tried with ``EDGE: clamp`` first: the 1024^3 winner took 0.063 ms on 1000^3 clamped and 0.082 ms not on
-        the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped."""
+        tried with ``EDGE: clamp`` first: a square winner runs a slightly smaller square markedly faster clamped,
+        and the committed winners of 1000^3 and 127x3000x511 are clamped."""
         if not is_tiled(start):
             return []
         M, N, _ = problem.shape
@@ -376,10 +376,10 @@ def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: 
     K tiles.
 
     A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
-    barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3 on the H100, where
-    whole waves would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles
-    of 2048^3, 128 blocks, won unsplit on the H100). For their tiles, this rule proposes the split of 16 of the 17
-    split-K entries in the H100 and H200 databases (none of which splits 8), and 1 for all 20 unsplit ones."""
+    barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3, where whole waves
+    would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles of 2048^3, 128
+    blocks). For their tiles, this rule proposes the split of nearly every split-K entry in the committed
+    databases, and 1 for all the unsplit ones."""
     M, N, K = shape
     blocks = -(-M // start["BM"]) * -(-N // start["BN"])
     found: list[int] = []

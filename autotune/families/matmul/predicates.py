@@ -70,8 +70,8 @@ def _mma_fits(p, ctx):
     registers, needed = min(255, 65536 // (n * blocks)), words * accumulators + 64
     if registers < needed:
         return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
-                f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (on the "
-                f"H200 such fp64 variants failed to compile or spilled and computed wrong results)")
+                f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (such "
+                f"variants fail to compile, or spill and compute wrong results)")
     return None
 
 

@@ -2,7 +2,7 @@
 operands from shared memory (templates/matmul_wgmma.py.j2 with TF32; see families/matmul/kernel.py).
 
 TF32 wgmma takes operands from shared memory K-major only and reads the top 19 bits of each float32 as it stands
-(truncation), where cuBLAS's TF32 GEMM rounds its operands to nearest (``cvt.rna``; benchmarks/NOTES.md item 42),
+(truncation), where cuBLAS's TF32 GEMM rounds its operands to nearest (``cvt.rna``; ``lab/tf32_rounding.py``),
 which the family's tf32 oracle holds our kernels to. So each operand is rounded once, here, into a row-major copy
 whose rows run along K: A as M x K, B as N x K (a row-major B transposed). Rows are ``ld`` floats apart, ``ld``
 the next multiple of 4 at or above K, so every row starts 16-byte aligned for the kernel's cp.async copies; the

@@ -20,7 +20,7 @@ def column_splits(shape: tuple[int, ...], columns_per_block: int, target_blocks:
                   min_rows: int = 64) -> int:
     """Row splits (a power of two up to 64) that bring the column kernel to about ``target_blocks`` blocks (8 per
     SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: without splits a few thousand
-    columns give the kernel only a few dozen blocks, and the GPU idles (benchmarks/NOTES.md item 28)."""
+    columns give the kernel only a few dozen blocks, and the GPU idles."""
     rows = max(1, shape[-2])
     column_blocks = -(-math.prod(shape) // rows // columns_per_block)
     split = 1
