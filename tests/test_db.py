@@ -157,3 +157,31 @@ def test_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
         db.write_entries(path, DEVICE, [reduce_entry(77)])
     assert path.read_text() == before
     assert [p.name for p in tmp_path.iterdir()] == ["gpu.yaml"]  # no temporary file left behind
+
+
+def test_files_of_earlier_releases_name_the_family_kernel_and_are_read_and_written_anew(tmp_path):
+    """An entry that names its family under the old field name ``kernel`` loads as today's ``family`` (the same
+    problem, parameters and checks: a bad parameter is still refused); merging into such a file writes every entry
+    under the new name; an entry giving both names is refused, naming them."""
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry((128, 64, 32), 2.0, BM=64, BN=64, BK=16, TM=4, TN=4), reduce_entry(1 << 20)])
+    new_text = path.read_text()
+    old_text = new_text.replace("- family: ", "- kernel: ")
+    assert old_text != new_text and "family:" not in old_text.split("entries:")[1]
+    path.write_text(old_text)
+    loaded = db.load_file(path, strict=True)
+    assert sorted(e.problem.key for e in loaded.entries) == sorted(e.problem.key for e in db.load_file(
+        _written(tmp_path / "new.yaml", new_text), strict=True).entries)
+    db.write_entries(path, DEVICE, [reduce_entry(1 << 10)])
+    assert "kernel:" not in path.read_text() and path.read_text().count("- family: ") == 3
+    bad = old_text.replace("BM: 64", "BM: 48", 1)
+    with pytest.raises(db.DatabaseError, match="field 'params'"):
+        db.load_file(_written(tmp_path / "bad.yaml", bad), strict=True)
+    both = new_text.replace("- family: matmul", "- family: matmul\n  kernel: matmul", 1)
+    with pytest.raises(db.DatabaseError, match="'kernel' and 'family' are both given"):
+        db.load_file(_written(tmp_path / "both.yaml", both), strict=True)
+
+
+def _written(path, text):
+    path.write_text(text)
+    return path

@@ -122,6 +122,18 @@ def test_user_space_narrows_values(tmp_path):
     assert space.constraints  # the built-in constraints stay
 
 
+def test_a_space_file_of_earlier_releases_names_its_family_kernel(tmp_path):
+    """``kernel:`` is read as ``family:`` (the same narrowing); both given is refused, naming both."""
+    old = load_space("matmul", write(tmp_path, """
+        kernel: matmul
+        params:
+          BM: {values: [64, 128]}
+    """))
+    assert old.family == "matmul" and old.params["BM"].values == (64, 128)
+    with pytest.raises(SpaceError, match="both 'kernel' and 'family' are given"):
+        load_space("matmul", write(tmp_path, "kernel: matmul\nfamily: matmul\nparams: {}\n"))
+
+
 def test_a_narrowed_parameter_keeps_the_built_in_default_where_it_still_may(tmp_path):
     """The built-in starts leave parameters at the built-in defaults out; a narrowed space must read them so
     (TM narrowed to [4, 8] still defaults to 8), or a start would silently become another configuration."""
