@@ -386,3 +386,56 @@ def test_shipped_code_is_built_only_where_missing_checked_and_pruned(tmp_path):
     out = ship("build")
     assert out.returncode == 0 and states(out) == ["present"]
     assert "\nremoved" in out.stdout and not stale.exists() and files[0].exists()
+
+
+# -- launching: what a replay of a stored kernel is given ---------------------------------------------------
+class DeviceArray:
+    """What the packing reads of a device array (a Numba device array's attributes)."""
+
+    def __init__(self, pointer: int, shape: tuple, dtype: str):
+        import numpy as np
+
+        self.shape, self.dtype = shape, np.dtype(dtype)
+        self.size = int(np.prod(shape))
+        self.strides = tuple(int(s) for s in np.empty(shape, dtype=dtype).strides)
+        self.__cuda_array_interface__ = {"data": (pointer, False), "shape": shape}
+        self.device_ctypes_pointer = type("P", (), {"value": pointer})()
+
+
+def test_a_stored_kernel_is_bound_for_replay_with_its_packed_arguments(monkeypatch):
+    """A launch of a kernel with stored code becomes a packed launch: the configuration normalised to three
+    dimensions, the stream, the driver's kernel and the arguments packed as numba-cuda packs them, with each
+    array's data pointer where a plan moves it to a new output."""
+    import ctypes
+
+    import numpy as np
+
+    from autotune.runtime import driver_kernels, kernel_launch, launch
+
+    prepared = []
+    monkeypatch.setattr(kernel_launch, "prepared", lambda *parts: prepared.append(parts) or (lambda: None))
+    x, out = DeviceArray(0x10000, (300,), "float32"), DeviceArray(0x20000, (1,), "float32")
+    types = ("x", "n", "out", "flag")
+    packers = (driver_kernels._pack_array, driver_kernels._scalar_packer(ctypes.c_int64),
+               driver_kernels._pack_array, driver_kernels._scalar_packer(lambda v: v))
+
+    class Stored(driver_kernels.CachedDispatcher):
+        def loaded(self, args):
+            assert len(args) == len(types)
+            return driver_kernels.Loaded("the driver's kernel", packers, "local")
+
+    stand_in = Stored("ab" * 32, "reduce_all")
+    configured = stand_in[(5, 2), 128, "stream", 4096]
+    step = launch.bind(configured, (x, np.int64(300), out, True))
+    assert isinstance(step, launch.PackedLaunch)
+    stream, config, kernel, packed = prepared[0]
+    assert (stream, kernel) == ("stream", "the driver's kernel")
+    assert (tuple(config.grid), tuple(config.block), config.shmem_size) == ((5, 2, 1), (128, 1, 1), 4096)
+    assert [kernel_launch._bytes(v) for v in packed] == [kernel_launch._bytes(v) for v in
+                                                         (0, 0, 300, 4, 0x10000, 300, 4, ctypes.c_int64(300),
+                                                          0, 0, 1, 4, 0x20000, 1, 4, True)]
+    assert step.pointers == (4, 12)
+    moved = step.moved(0x20000, 0x20004, 0x1000)
+    assert moved.packed[12] == 0x21000 and moved.packed[4] == 0x10000
+    with pytest.raises(ValueError, match="grid"):
+        stand_in[0, 128]

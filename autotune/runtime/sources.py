@@ -7,9 +7,9 @@ So the rendered source's hash is remembered under a key made of everything rende
 the validated parameters, dtype and family arguments, and whether it renders for the simulator, with a hash of
 every file rendering can depend on: the template folders' files (``$AUTOTUNE_TEMPLATES`` too), autotune's own
 Python files (the families' ``template_context``, the render), the folder of a family defined outside autotune,
-and Jinja's and Python's versions. The source itself is the file the compiler imports
-(``compiler.source_path``); a remembered hash whose file is missing or holds other text is rendered again, never
-trusted.
+and Jinja's and Python's versions (hashed once per process and template folder: a file edited while a process
+runs is seen by the next process). The source itself is the file the compiler imports (``compiler.source_path``);
+a remembered hash whose file is missing or holds other text is rendered again, never trusted.
 """
 from __future__ import annotations
 
