@@ -53,7 +53,7 @@ def test_code_compiled_ahead_has_the_entry_and_types_a_launch_expects(ahead):
     local = ahead["local_toolchain"]
     assert {"numba", "numba-cuda", "nvvm", "nvjitlink", "autotune", "autotune-kernels", "numba-passes"} <= set(local)
     shipped = ahead["shipped_toolchain"]
-    assert set(shipped) == {"numba", "numba-cuda", "autotune-kernels"}  # no compiler: the code is the product
+    assert set(shipped) == {"numba", "numba-cuda", "autotune-kernels", "optimise"}  # no compiler: it is the product
     assert {f["where"]: f["toolchain"] for f in files if f["function"] == "finish"} == {"local": local,
                                                                                       "shipped": shipped}
     assert ahead["report"]["registers"] > 0 and ahead["report"]["spill_stores"] == 0
@@ -242,6 +242,11 @@ def test_the_setting_is_checked(monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CODE_CACHE", "yes")
     with pytest.raises(ValueError, match="AUTOTUNE_CODE_CACHE"):
         code_cache.setting()
+    monkeypatch.setenv("AUTOTUNE_CODE_CACHE", "1")
+    from autotune.runtime import numba_kernels
+
+    monkeypatch.setattr(numba_kernels, "jit_defaults", lambda: (False, True))  # NUMBA_CUDA_DEBUGINFO=1
+    assert code_cache.setting() == "0"
 
 
 # -- which modules and kernels may be cached ---------------------------------------------------------------

@@ -16,9 +16,10 @@ kernel, the kernel's name in it, its launch argument types (Numba's names), the 
 the toolchain. In the local cache the toolchain is everything that changes the code: the versions of Numba,
 numba-cuda, NVVM, nvJitLink and cuda-core, autotune's version and a hash of its kernel library
 (``autotune/kernels/*.py``, which generated modules import), and which of autotune's replacements of Numba passes
-were installed. Shipped code is a finished product that the user's compilers never touch, so its toolchain is
-what fixes its meaning and its interface: Numba's and numba-cuda's versions (the lowering and the layout of the
-arguments) and the kernel library; the compilers it was made with are recorded in it. Code for another
+were installed; and whether Numba optimises (``NUMBA_OPT``). Shipped code is a finished product that the user's
+compilers never touch, so its toolchain is what fixes its meaning and its interface: Numba's and numba-cuda's
+versions (the lowering and the layout of the arguments), the kernel library and the optimisation; the compilers
+it was made with are recorded in it. Numba's debug mode turns the code cache off. Code for another
 architecture or toolchain has another key, so it is never found.
 
 A file is one header line (JSON: the key, what the code is, its size and SHA-256) and the code compressed with
@@ -106,11 +107,14 @@ def local_root() -> Path:
 
 def setting() -> str:
     """``AUTOTUNE_CODE_CACHE``: '1' (default: both stores), 'local' (this machine's cache only, shipped code not
-    used) or '0' (no code cache: every kernel launches through Numba, compiled or from Numba's own disk cache)."""
+    used) or '0' (no code cache: every kernel launches through Numba, compiled or from Numba's own disk cache).
+    Numba's debug mode (``NUMBA_CUDA_DEBUGINFO=1``: kernels with debug info and error checks) is '0' too."""
     value = os.environ.get(ENV, "1").strip().lower() or "1"
     if value not in ("1", "0", "local"):
         raise ValueError(f"{ENV}={value!r}: use 1 (default), local or 0")
-    return value
+    from .numba_kernels import jit_defaults
+
+    return "0" if jit_defaults()[1] else value
 
 
 def shipped_root() -> Path | None:
@@ -317,8 +321,11 @@ def shipped_toolchain() -> tuple[tuple[str, str], ...]:
     """What shipped code is keyed by besides source, types and architecture (see the module docstring)."""
     import numba
 
+    from .numba_kernels import jit_defaults
+
+    optimise, _ = jit_defaults()
     return (("numba", numba.__version__), ("numba-cuda", _numba_cuda_version()),
-            ("autotune-kernels", kernel_library_hash()))
+            ("autotune-kernels", kernel_library_hash()), ("optimise", "yes" if optimise else "no"))
 
 
 @functools.lru_cache(maxsize=1)

@@ -21,6 +21,14 @@ NEUTRAL_OPTIONS = {"debug": (False, 0, None), "forceinline": (False, None), "dev
                    "link": ((), [], None), "extensions": ((), [], None), "shared_memory_carveout": (None,)}
 
 
+def jit_defaults() -> tuple[bool, bool]:
+    """(optimise, debug): what a kernel's jit options default to in this process (``NUMBA_OPT``,
+    ``NUMBA_CUDA_DEBUGINFO``), which the decorators of generated modules leave to their defaults."""
+    from numba.cuda.core import config
+
+    return config.OPT != 0, bool(config.CUDA_DEBUGINFO_DEFAULT)
+
+
 def jit_options(dispatcher) -> dict[str, Any] | None:
     """The dispatcher's jit options where its kernels can be cached as code alone; None otherwise."""
     options = dict(getattr(dispatcher, "targetoptions", None) or {})
