@@ -72,7 +72,8 @@ if family == "matmul":
     b = rng.standard_normal((kk, n)).astype(dtype)
     expected = a.astype(np.float64) @ b.astype(np.float64)
     out = cuda.to_device(np.full((m, n), np.nan, dtype=dtype))
-    k(cuda.to_device(a), cuda.to_device(b), out=out)
+    k(cuda.to_device(a), cuda.to_device(b), out=out)  # device arrays and out=: a recorded plan, replayed
+    direct = k(a, b)  # host arrays: launched directly each call
     tol = {"tf32": 3e-3, "float16": 3e-3, "float64": 1e-12}.get(args.get("precision", dtype), 1e-5)
 else:
     x = rng.standard_normal(shape).astype(np.float32)
@@ -86,12 +87,15 @@ else:
         expected = np.max(x64)
     out = cuda.to_device(np.full(np.shape(expected), np.nan, dtype=np.float32))
     k(cuda.to_device(x), out=out)
+    direct = k(x)
     tol = 1e-5
-got = out.copy_to_host().astype(np.float64).reshape(np.shape(expected))
 scale = max(1.0, float(np.nanmax(np.abs(expected))))
-ok = bool(np.array_equal(np.isnan(got), np.isnan(expected))
-          and np.allclose(got, expected, rtol=tol, atol=tol * scale * (shape[-1] if family == "matmul" else 1),
-                          equal_nan=True))
+ok = True
+for result in (out.copy_to_host(), np.asarray(direct)):
+    got = result.astype(np.float64).reshape(np.shape(expected))
+    ok = ok and bool(np.array_equal(np.isnan(got), np.isnan(expected))
+                     and np.allclose(got, expected, rtol=tol, atol=tol * scale * (shape[-1] if family == "matmul"
+                                                                                   else 1), equal_nan=True))
 entry = load_ahead(k)[0]
 report = ResourceReport.from_loaded(entry.kernel, (9, 0)).as_dict() if entry is not None else None
 print(json.dumps({"ok": ok, "loads": driver_kernels.loads(), "report": report,

@@ -323,7 +323,9 @@ def signature_types(signature: str) -> tuple:
 def loaded_here(dispatcher, signature: str) -> "Loaded | None":
     """The kernel's code for ``signature`` on this GPU, from the code cache or compiled and stored there; None
     where its code cannot be cached (it then compiles through Numba at launch)."""
-    stand_in = cached(dispatcher) if enabled() else None
+    from ..core import backend
+
+    stand_in = cached(dispatcher) if enabled() and not backend.simulator() else None
     return None if stand_in is None else stand_in.loaded_for(signature_types(signature))
 
 
