@@ -72,7 +72,7 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
 
 def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
     """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
-    loads them from Numba's disk cache instead of compiling one after another."""
+    loads their stored code instead of compiling one after another."""
     jobs = []
     for problem in problems:
         for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:

@@ -518,8 +518,8 @@ def tune_problems(args, kind: str, pools) -> int:
 
 def shape_share(seconds_left: float, shapes_left: int, first: bool) -> float:
     """A shape's time under a run's time limit: an equal share of what is left, twice that for the run's first
-    shape of several, which compiles cold the starting configurations that the later shapes then load from
-    Numba's disk cache; at least MIN_SHAPE_S."""
+    shape of several, which compiles cold the starting configurations that the later shapes then load from the
+    code cache; at least MIN_SHAPE_S."""
     weight = 2 if first and shapes_left > 1 else 1
     return max(MIN_SHAPE_S, seconds_left * weight / (shapes_left + weight - 1))
 

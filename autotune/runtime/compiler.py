@@ -2,7 +2,9 @@
 
 Generated source is written to a file named by the hash of its content and imported from there, which is
 what lets Numba's on-disk cache (``cache=True``) work: a second process finds the compiled kernel instead of
-compiling again. Files are never rewritten in place.
+compiling again. Files are never rewritten in place (one that holds other text is replaced whole). Where the code
+cache (code_cache.py) holds a module's kernels, ``kernel_module`` hands out a stand-in instead of importing it.
+Ahead of time, ``code_ahead`` makes on the CPU the cubin numba-cuda makes on the GPU, and stores it.
 """
 from __future__ import annotations
 
