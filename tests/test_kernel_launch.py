@@ -59,14 +59,14 @@ def test_a_launch_passes_grid_block_shared_bytes_stream_and_the_buffer():
     stream = SimpleNamespace(handle=ctypes.c_void_p(0x1234))
     launch = kernel_launch.BufferedLaunch(_stand_in_bindings(calls), "function",
                                           LaunchConfig(grid=(7, 2), block=128, shmem_size=4096),
-                                          kernel_launch._stream_handle(stream), holder)
+                                          kernel_launch.stream_handle(stream), holder)
     launch()
     launch()
     assert len(calls) == 2 and calls[0] == calls[1]
     function, *dims, stream_arg, params, extra = calls[0]
     assert function == "function" and dims == [7, 2, 1, 128, 1, 1, 4096] and extra == 0
     assert int(stream_arg) == 0x1234 and params == holder.ptr
-    assert kernel_launch._stream_handle(0) == 0 and kernel_launch._stream_handle(SimpleNamespace(handle=99)) == 99
+    assert kernel_launch.stream_handle(0) == 0 and kernel_launch.stream_handle(SimpleNamespace(handle=99)) == 99
 
 
 def test_a_refused_launch_raises_naming_the_driver_error():

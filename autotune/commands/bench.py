@@ -21,7 +21,7 @@ from ..core.problem import Problem
 from ..core.space import load_space
 from ..runtime import arrays
 from ..runtime.build import build_kernel
-from ..runtime.compiler import ResourceReport
+from ..runtime.compiler import resources_here
 from ..runtime.lookup import choose, lookup_folders
 from ..tuning.evaluate import compile_variant
 from ..tuning.instance import Instance
@@ -57,7 +57,7 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
             rows.append({"name": name, "error": error})
             continue
         t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
-        res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
+        res = resources_here(kernel)
         rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
                      "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
     for name, call in problem.impl.peers(problem, inst.time_args).items():
@@ -72,7 +72,7 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
 
 def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
     """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
-    loads them from Numba's disk cache instead of compiling one after another."""
+    loads their stored code instead of compiling one after another."""
     jobs = []
     for problem in problems:
         for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:

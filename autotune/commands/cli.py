@@ -6,7 +6,7 @@
     autotune bench matmul|reduce|FAMILY --device 0             tuned vs cuBLAS/CuPy/torch and the seed kernels
     autotune selftest --device 0                               correctness of every parameter value on the GPU
     autotune render FAMILY -p NAME=VALUE ...                   print a variant's generated source
-    autotune warm [--cc 9.0]                                   compile the database's kernels ahead
+    autotune warm [--cc 9.0 [--ship [--check]]]                compile the database's kernels ahead
     autotune show / db check / db merge OTHER.yaml             the tuned database
 
 Heavy imports happen after the arguments are read: ``--simulator`` must switch Numba to its CUDA simulator
@@ -363,14 +363,21 @@ def _render_parser(sub, aliases) -> None:
 
 
 def _warm_parser(sub) -> None:
-    w = sub.add_parser("warm", help="compile every database entry ahead (fills Numba's disk cache)",
-                       description="Compile the kernels the database holds for this GPU, in parallel processes, so that "
-                       "later processes load them instead of compiling (run it once when building a container). "
-                       "With --cc and no GPU: compile to PTX and cubin for that compute capability and report "
-                       "registers and spills. Prints each entry's compile seconds, registers and spills.")
+    w = sub.add_parser("warm", help="compile every database entry ahead (fills the code cache)",
+                       description="Compile the kernels the database holds for this GPU, in parallel processes, and "
+                       "store their code, so that later processes load them instead of compiling (run it once when "
+                       "building a container). With --cc and no GPU: compile to PTX and cubin for that compute "
+                       "capability, report registers and spills and store the cubins. With --cc and --ship: build "
+                       "the code shipped with the package (tuned_db/code) for the shipped entries; --check only "
+                       "checks it is complete. Prints each entry's compile seconds, registers and spills.")
     w.add_argument("--db", help="a database file or folder (default: the folders lookups read)")
     w.add_argument("--cc", help="compute capability such as 9.0: compile for it without a GPU (files of GPUs with it)")
     w.add_argument("--jobs", type=_positive_int, help="compile processes (default: the CPUs)")
+    w.add_argument("--ship", action="store_true",
+                   help="with --cc: build the shipped database's code into tuned_db/code (only what is missing; "
+                   "code no entry needs is removed)")
+    w.add_argument("--check", action="store_true",
+                   help="with --ship: compile nothing, exit 1 when shipped code is missing")
     w.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
     w.set_defaults(run=run_warm)
 
@@ -512,8 +519,8 @@ def tune_problems(args, kind: str, pools) -> int:
 
 def shape_share(seconds_left: float, shapes_left: int, first: bool) -> float:
     """A shape's time under a run's time limit: an equal share of what is left, twice that for the run's first
-    shape of several, which compiles cold the starting configurations that the later shapes then load from
-    Numba's disk cache; at least MIN_SHAPE_S."""
+    shape of several, which compiles cold the starting configurations that the later shapes then load from the
+    code cache; at least MIN_SHAPE_S."""
     weight = 2 if first and shapes_left > 1 else 1
     return max(MIN_SHAPE_S, seconds_left * weight / (shapes_left + weight - 1))
 
@@ -605,7 +612,7 @@ def run_warm(args) -> int:
 
     for spec in args.family:
         register_family(spec)
-    return warm(db=args.db, cc=args.cc, jobs=args.jobs)
+    return warm(db=args.db, cc=args.cc, jobs=args.jobs, ship=args.ship, check=args.check)
 
 
 # -- database ---------------------------------------------------------------------------------------

@@ -121,7 +121,7 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
 
 
 def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
-    """Compile every variant in parallel CPU processes first (filling Numba's disk cache), as the tuner does; the
+    """Compile every variant in parallel CPU processes first (storing their code), as the tuner does; the
     plan without the variants the tuner would never pick, which are named: those whose compile took longer than
     ``timeout_s`` and those the compile step prunes (a spilling tensor-core variant). A variant that fails to
     compile stays in the plan, so that its checks fail."""

@@ -1,10 +1,14 @@
 """``autotune warm``: compile the database's kernels ahead, so that no process waits for a compile later.
 
-On a GPU machine each entry for this GPU model is compiled in a pool of processes with Numba's disk cache on:
-later processes (``get_best_kernel``) load the compiled kernel instead of compiling it. Without a GPU, ``--cc``
-compiles the entries of the GPU models with that compute capability to PTX and links them to a cubin (nvJitLink),
-which proves they build and reports their registers and spills. Each entry's compile seconds, registers and
-spills are printed, then a total. An entry that spills here but was tuned without spilling (its recorded
+On a GPU machine each entry for this GPU model is compiled in a pool of processes and its code stored in the code
+cache (autotune/runtime/code_cache.py): later processes (``get_best_kernel``) load the compiled kernel instead of
+compiling it. Without a GPU, ``--cc`` compiles the entries of the GPU models with that compute capability to PTX
+and links them to a cubin (nvJitLink), which proves they build, reports their registers and spills, and stores the
+cubins in the code cache of this machine's toolchain (a container built without a GPU starts with them).
+``--ship`` (with ``--cc``) builds the code shipped with the package: the cubins of the shipped database's entries,
+in ``tuned_db/code``, compiling only those missing and removing those no entry needs any more; ``--ship --check``
+compiles nothing and fails when one is missing (what CI runs). Each entry's compile seconds, registers and spills
+are printed, then a total. An entry that spills here but was tuned without spilling (its recorded
 resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers differently, which may cost speed.
 """
 from __future__ import annotations
@@ -29,10 +33,23 @@ class WarmResult:
     reason: str = ""
 
 
-def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout) -> int:
-    """Compile the entries; 0 when all compiled, 1 when one failed, 3 without a GPU and without ``cc``."""
+def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout, *,
+         ship: bool = False, check: bool = False) -> int:
+    """Compile the entries; 0 when all compiled, 1 when one failed, 3 without a GPU and without ``cc``; with
+    ``ship``, build (or with ``check``, check) the shipped code (``ship_code``)."""
     from ..core.device import current_device, device_slug, gpu_available
 
+    if ship or check:
+        if not ship or not cc or db:
+            raise ValueError("--ship builds the code shipped with the package's own database for one compute "
+                             "capability: it takes --cc X.Y and no --db; --check goes with --ship")
+        from ..runtime.db import shipped_folder
+
+        folder = shipped_folder()
+        if folder is None:
+            print("autotune warm --ship: this installation has no shipped database", file=sys.stderr)
+            return 1
+        return ship_code(folder, _parse_cc(cc), jobs, out, check)
     if cc is None and not gpu_available():
         print("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that compute "
               "capability without one", file=sys.stderr)
@@ -84,8 +101,86 @@ def entry_line(entry: Entry, result: WarmResult) -> str:
             f"spill bytes {spill:>4}  {entry.problem.key}" + (f"  {note}" if note else ""))
 
 
+def ship_code(folder: Path, cc: tuple[int, int], jobs: int | None, out, check: bool = False) -> int:
+    """Build the shipped code (``folder/code``) of every entry of the database ``folder`` (the shipped one) for GPUs
+    of compute capability ``cc``, compiling only what is missing and removing stored code no entry needs; with
+    ``check`` only report what is missing or stale. 0 when nothing is missing (and nothing failed), else 1."""
+    from ..runtime import code_cache
+    from ..runtime.compiler import arch
+
+    root = folder / "code"
+    entries = _entries(str(folder), lambda f: str(f.device.get("cc")) == f"{cc[0]}.{cc[1]}")
+    target = arch(cc)
+    print(f"{'checking' if check else 'building'} the shipped code of {len(entries)} entries for {target} in "
+          f"{root}", file=out, flush=True)
+    from ..tuning.worker import CompilePool
+
+    t0 = time.perf_counter()
+    needed: set[str] = set()
+    missing = failed = 0
+    with CompilePool(jobs or max(1, os.cpu_count() or 1)) as pool:
+        futures = [pool.submit(ship_one, job_for(e.problem, e.params), cc, root, check) for e in entries]
+        for entry, future in zip(entries, futures):
+            r = future.result()
+            needed.update(r.files)
+            missing += r.state == "missing"
+            failed += r.state == "failed"
+            print(f"{r.state:8} {r.seconds:6.1f} s  {entry.problem.key}" + (f"  {r.reason}" if r.reason else ""),
+                  file=out, flush=True)
+    stale = [path for path, key in code_cache.stored(root).items()
+             if str(path) not in needed and (key is None or key.arch == target)]
+    for path in stale:
+        if not check:
+            path.unlink()
+        print(f"{'stale  ' if check else 'removed'}  {path.relative_to(root)}", file=out)
+    print(f"{len(entries) - missing - failed} of {len(entries)} entries have their shipped code"
+          + (f", {missing} missing" if missing else "") + (f", {failed} failed" if failed else "")
+          + (f", {len(stale)} stale files" if stale and check else "") + f" ({time.perf_counter() - t0:.1f} s)",
+          file=out)
+    if missing and check:
+        print(f"build it: autotune warm --cc {cc[0]}.{cc[1]} --ship (then commit {root})", file=out)
+    return 1 if missing or failed else 0
+
+
+@dataclass(frozen=True)
+class ShipResult:
+    state: str  # present, built, missing (with check), failed
+    seconds: float
+    files: tuple[str, ...] = ()
+    reason: str = ""
+
+
+def ship_one(job: Job, cc: tuple[int, int], root: Path, check: bool) -> ShipResult:
+    """One entry's shipped code in ``root`` (its kernel's and its helpers'): present, else built (unless
+    ``check``)."""
+    from ..runtime import code_cache
+    from ..runtime.build import build_kernel
+    from ..runtime.compiler import arch, compile_ahead_report
+    from ..runtime.driver_kernels import ahead_keys
+
+    t0 = time.perf_counter()
+    try:
+        kernel = build_kernel(job.family, job.params, job.dtype, **job.args)
+        launched = [(kernel.entry, kernel.signature), *kernel.helper_kernels()]
+        keys = [key for d, signature in launched for where, key in ahead_keys(d, signature, arch(cc), shipped=root)
+                if where == root]
+        files = tuple(str(code_cache.path_of(root, key)) for key in keys)
+        if len(keys) < len(launched):
+            return ShipResult("failed", time.perf_counter() - t0, files, "its code cannot be cached")
+        if all(code_cache.load(root, key) is not None for key in keys):
+            return ShipResult("present", time.perf_counter() - t0, files)
+        if check:
+            return ShipResult("missing", time.perf_counter() - t0, files)
+        compile_ahead_report(kernel, cc, ship=root)
+        if not all(code_cache.load(root, key) is not None for key in keys):
+            return ShipResult("failed", time.perf_counter() - t0, files, "compiled, but its code was not stored")
+    except Exception as exc:
+        return ShipResult("failed", time.perf_counter() - t0, reason=f"{type(exc).__name__}: {exc}"[:300])
+    return ShipResult("built", time.perf_counter() - t0, files)
+
+
 def warm_one(job: Job, cc: tuple[int, int] | None) -> WarmResult:
-    """Compile one entry: for this GPU (filling the disk cache), or for ``cc`` to a cubin without a GPU."""
+    """Compile one entry: for this GPU, or for ``cc`` to a cubin without a GPU; its code stored either way."""
     from ..runtime.build import build_kernel
     from ..runtime.compiler import compile_ahead_report
 

@@ -133,7 +133,7 @@ class Kernel:
 
     def helper_kernels(self) -> list[tuple[Any, str]]:
         """Fixed kernels a call launches besides ``entry``, as (dispatcher, signature): compiled ahead with it
-        (``compiler.compile_ahead_report``), so a later process loads them from Numba's disk cache. None here."""
+        (``compiler.compile_ahead_report``), so a later process loads their stored code. None here."""
         return []
 
 

@@ -30,12 +30,12 @@ class BufferedLaunch:
 
     __slots__ = ("_launch", "_success", "_function", "_dims", "_stream", "_params", "_holder")
 
-    def __init__(self, bindings, function, config, stream_handle: int, holder):
+    def __init__(self, bindings, function, config, stream: int, holder):
         self._launch = bindings.cuLaunchKernel
         self._success = bindings.CUresult.CUDA_SUCCESS
         self._function = function
         self._dims = (*config.grid, *config.block, config.shmem_size)
-        self._stream = bindings.CUstream(stream_handle)
+        self._stream = bindings.CUstream(stream)
         self._holder = holder  # owns the buffer at self._params
         self._params = holder.ptr
 
@@ -55,7 +55,7 @@ def prepared(stream, config, kernel, packed: tuple) -> Callable[[], None]:
         from cuda.core import launch
 
         return functools.partial(launch, stream, config, kernel, *packed)
-    return BufferedLaunch(pieces.bindings, pieces.function_of(kernel), config, _stream_handle(stream), holder)
+    return BufferedLaunch(pieces.bindings, pieces.function_of(kernel), config, stream_handle(stream), holder)
 
 
 def _checked_buffer(ParamHolder, packed: tuple):
@@ -106,7 +106,7 @@ def memset_d32() -> Callable[[int, int, int, int], None]:
     return memset
 
 
-def _stream_handle(stream) -> int:
+def stream_handle(stream) -> int:
     """The CUstream handle of a Numba stream (0 for the legacy default stream)."""
     handle = getattr(stream, "handle", stream) if stream else 0
     return (handle.value or 0) if isinstance(handle, ctypes.c_void_p) else int(handle)

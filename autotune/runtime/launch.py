@@ -5,10 +5,12 @@ dispatcher type the arguments: more host time than a whole reduction of a millio
 replays it with one driver launch per kernel, its parameter buffer built once (autotune/runtime/kernel_launch.py): no
 typing, no checks, no allocation, no synchronisation.
 
-Packing uses two internals of numba-cuda's kernel object (``_prepare_args`` and ``_codelibrary``); where they are
-missing (the CUDA simulator, another numba-cuda) a launch is replayed through the dispatcher instead, which is
-slower but the same computation. A plan can be moved to a new output (``Plan.moved``) where each array's data
-pointer is found where numba-cuda 0.30 packs it (checked at each packing).
+A kernel launched from its stored code (autotune/runtime/driver_kernels.py) is packed by autotune as numba-cuda
+packs it; one launched through Numba is packed by numba-cuda itself (``_prepare_args``, reached through
+autotune/runtime/numba_kernels.py); where that is missing (the CUDA simulator, another numba-cuda) a launch is
+replayed through the dispatcher instead, which is slower but the same computation. A plan can be moved to a new
+output (``Plan.moved``) where each array's data pointer is found where numba-cuda 0.30 packs it (checked at each
+packing).
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.dtypes import kernel_view
-from . import arrays, kernel_launch, result_pool
+from . import arrays, driver_kernels, kernel_launch, numba_kernels, result_pool
 from .streams import stream_key
 
 MAX_PLANS = 32
@@ -162,12 +164,22 @@ class Memset:
 
 
 def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0):
-    """``kernel[grid, block, stream, shared]``, safe to keep and to record. The CUDA simulator's
-    ``kernel[grid, block]`` sets the grid on the kernel object itself and returns it, so a kept configuration would
-    launch with whichever grid was configured last; there it is a function that configures at each launch.
-    ``shared`` bytes of dynamic shared memory above the default 48 KB are opted into before the first launch."""
+    """``kernel[grid, block, stream, shared]``, safe to keep and to record. On a GPU a kernel whose compiled code
+    can be cached launches from it through the driver (driver_kernels.CachedDispatcher), others through Numba
+    (``numba_configure``). The CUDA simulator's ``kernel[grid, block]`` sets the grid on the kernel object itself
+    and returns it, so a kept configuration would launch with whichever grid was configured last; there it is a
+    function that configures at each launch."""
     if simulator:
         return lambda *args: _simulate(kernel[grid, block, 0, shared], args)
+    cached = driver_kernels.cached(kernel) if driver_kernels.enabled() else None
+    if cached is not None:
+        return cached[grid, block, stream, shared]
+    return numba_configure(kernel, grid, block, shared, stream)
+
+
+def numba_configure(kernel, grid, block, shared: int = 0, stream=0):
+    """Numba's ``kernel[grid, block, stream, shared]``, with ``shared`` bytes of dynamic shared memory above the
+    default 48 KB opted into before the first launch."""
     configured = kernel[grid, block, stream, shared]
     if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
         configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
@@ -208,18 +220,19 @@ def zero(module, d, simulator: bool, stream=0) -> tuple:
 
 
 def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
-    from numba.cuda.cudadrv.driver import binding, driver
-
-    cufunc = compiled._codelibrary.get_cufunc()
-    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-    driver.cuKernelSetAttribute(attr, nbytes, cufunc.handle, cufunc.device.id)
+    numba_kernels.allow_dynamic_shared(compiled, nbytes)
 
 
 def bind(configured, args: tuple) -> Callable[[], Any]:
-    """``configured(*args)`` (a Numba launch configuration and its arguments) as a call with nothing left to do
-    but launch."""
+    """``configured(*args)`` (a launch configuration and its arguments) as a call with nothing left to do but
+    launch."""
     if isinstance(configured, Memset):
         return configured
+    if isinstance(configured, driver_kernels.CachedLaunch):
+        parts = configured.bound(args)
+        if parts is not None:
+            return PackedLaunch(kernel_launch.prepared, *parts)
+        configured = configured.numba_configured()
     try:
         return _packed_launch(configured, args)
     except (AttributeError, TypeError, KeyError, ImportError):
@@ -230,19 +243,17 @@ def _packed_launch(configured, args: tuple) -> PackedLaunch:
     from cuda.core import LaunchConfig
     from numba.core import types
 
-    dispatcher = configured.dispatcher
-    kernel = dispatcher.compile(tuple(dispatcher.typeof_pyval(a) for a in args))
-    for callback in configured.pre_launch_callbacks:
-        callback(kernel, configured)
+    kernel = numba_kernels.compiled_for_launch(configured, args)
+    argtypes = numba_kernels.argument_types(kernel)
     packed: list = []
     pointers = []
-    for ty, value in zip(kernel.argument_types, args):
+    for ty, value in zip(argtypes, args):
         start = len(packed)
-        kernel._prepare_args(ty, value, configured.stream, [], packed)
+        packed += numba_kernels.numba_packed(kernel, (ty,), (value,), configured.stream)
         if isinstance(ty, types.Array):
             pointers.append(_data_pointer_position(packed, start, value))
     config = LaunchConfig(grid=configured.griddim, block=configured.blockdim, shmem_size=configured.sharedmem)
-    return PackedLaunch(kernel_launch.prepared, configured.stream, config, kernel._codelibrary.get_cufunc().kernel,
+    return PackedLaunch(kernel_launch.prepared, configured.stream, config, numba_kernels.launch_kernel(kernel),
                         tuple(packed), None if None in pointers else tuple(pointers))
 
 

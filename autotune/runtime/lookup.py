@@ -13,8 +13,8 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
 
 Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
 read (skipped) and entries of a family not registered in this process (kept, unused). Kernels are cached per
-(problem, device, folders) in this process; compiled code is cached on disk by Numba, so a second process does
-not compile again.
+(problem, device, folders) in this process; compiled code is stored on disk (runtime/code_cache.py), so a second
+process does not compile again.
 """
 from __future__ import annotations
 
@@ -46,9 +46,9 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
     ``get_best_kernel("matmul", (4096, 4096, 4096))(A, B)``;
     ``get_best_kernel("reduce", (1 << 24,), op="max")(x)``; ``get_best_kernel("reduce", (M, N), axis=1)``.
 
-    The first call of a kernel in a process with an empty disk cache compiles it (seconds for a large matmul);
-    ``autotune warm`` compiles every database entry ahead (run it once when you build a container or install on a
-    machine), and later processes load the compiled code (README, "First call").
+    The first call of a kernel whose code is neither in the code cache nor shipped with the package compiles it
+    (seconds for a large matmul). ``autotune warm`` compiles every database entry ahead (run it once when you build
+    a container or install on a machine); later processes load the compiled code through the driver.
     """
     problem = Problem(family, shape, dtype, family_args)
     folders = lookup_folders(db, device)

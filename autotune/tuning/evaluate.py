@@ -2,9 +2,9 @@
 
 ``compile_variant`` runs in a pool of CPU processes ahead of the GPU: it renders the source, asks the real
 compiler for registers and spills (nvJitLink, no GPU needed) and, on a GPU machine, compiles the kernel once
-so that Numba's disk cache holds it when the GPU worker loads it. ``measure_variant`` runs in the GPU worker
-process (``worker.py``): it builds the kernel, checks its output with the family's oracle on NaN-poisoned
-outputs, and only then times it. Both take a ``Job`` and return a record (``records.py``).
+so that the code cache (autotune/runtime/code_cache.py) holds it when the GPU worker loads it.
+``measure_variant`` runs in the GPU worker process (``worker.py``): it builds the kernel, checks its output with
+the family's oracle on NaN-poisoned outputs, and only then times it. Both take a ``Job`` and return a record (``records.py``).
 """
 from __future__ import annotations
 
@@ -38,7 +38,7 @@ def compile_variant(job: Job) -> CompileResult:
             return CompileResult(ok=True, compile_s=time.perf_counter() - t0)
         from ..runtime.compiler import DEFAULT_CC, compile_ahead_report
 
-        # on a GPU this also fills Numba's disk cache for the GPU worker
+        # on a GPU this also stores the compiled code for the GPU worker
         report = compile_ahead_report(_build(job), None if gpu_available() else DEFAULT_CC)
         if job.params.get("MMA") and report.spills:
             return CompileResult(ok=False, stage="pruned", reason=f"mma variant spills ({report.spill_stores} bytes): "
@@ -67,12 +67,13 @@ def measure_variant(job: Job) -> Measurement:
 
     simulator = backend.simulator()
     clock = [time.perf_counter()]
+    loaded = []
     try:
         kernel = _build(job)
         if not simulator:
-            from ..runtime.compiler import compile_as_launched
+            from ..runtime.compiler import load_ahead
 
-            compile_as_launched(kernel.entry, kernel.signature)  # from the disk cache the compile pool filled
+            loaded = load_ahead(kernel)  # the code the compile pool stored, or Numba's disk cache
     except Exception as exc:
         return _failed("load", exc)
     clock.append(time.perf_counter())
@@ -91,11 +92,20 @@ def measure_variant(job: Job) -> Measurement:
     except Exception as exc:
         return _failed("run", exc)
     clock.append(time.perf_counter())
-    stats = getattr(kernel.entry, "stats", None)
     return Measurement(ok=True, stage="measured", timing=timing.as_dict(), meaningful=timing.meaningful,
                        rate=problem.rate(timing.median_ms / 1e3),
                        measure_s=dict(zip(("load", "check", "time"), _intervals(clock))),
-                       cache_hits=int(sum(stats.cache_hits.values())) if stats is not None else None)
+                       cache_hits=_cache_hits(kernel, loaded) if not simulator else None)
+
+
+def _cache_hits(kernel, loaded: list) -> int | None:
+    """How many of the variant's kernels this worker found compiled: loaded from stored code, or from Numba's disk
+    cache where their code cannot be cached."""
+    from_code = sum(1 for code in loaded if code is not None and code.origin != "compiled")
+    if all(code is not None for code in loaded):
+        return from_code
+    stats = getattr(kernel.entry, "stats", None)
+    return from_code + (int(sum(stats.cache_hits.values())) if stats is not None else 0)
 
 
 def _failed(stage: str, exc: Exception) -> Measurement:
