@@ -270,6 +270,20 @@ def test_matmul_takes_transposed_views_without_layout(rng, layout):
     assert_matmul_close(out.copy_to_host(), A, B)
 
 
+def test_a_numpy_stack_of_transposed_matrices_is_read_as_the_same_stack_on_the_device(rng):
+    """``A.transpose(0, 2, 1)`` of a NumPy stack (no axis order of it is C- or F-contiguous, but its elements fill
+    one block) is copied as that block and read in place, matrix by matrix, as the device stack is; a view with
+    gaps is still refused, naming the copy to make."""
+    A = rng.standard_normal((3, 5, 4)).astype(np.float32).transpose(0, 2, 1)
+    B = rng.standard_normal((3, 2, 5)).astype(np.float32).transpose(0, 2, 1)
+    for got, b in ((autotune.matmul(A, B[0].copy()), lambda i: B[0]), (autotune.matmul(A, B), lambda i: B[i])):
+        assert isinstance(got, np.ndarray) and got.shape == (3, 4, 2)
+        for i in range(3):
+            assert_matmul_close(got[i], A[i], b(i))
+    with pytest.raises(ValueError, match="strided view"):
+        autotune.matmul(A[:, :, ::2], B[:, ::2])
+
+
 def test_matmul_empty_and_refused(rng):
     np.testing.assert_array_equal(autotune.matmul(np.ones((3, 0), np.float32), np.ones((0, 2), np.float32)),
                                   np.zeros((3, 2), np.float32))
