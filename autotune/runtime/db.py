@@ -95,7 +95,8 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     try:
         data = read_yaml(path)
     except YamlFileError as exc:
-        raise DatabaseError(f"{where}: cannot read: {str(exc).removeprefix(where + ': ')}") from None
+        detail = str(exc).removeprefix(where + ": ")
+        raise DatabaseError(f"{where}: {'' if detail.startswith('cannot read') else 'cannot read: '}{detail}") from None
     if not isinstance(data, dict):
         raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
     if data.get("schema") != SCHEMA:
