@@ -130,6 +130,26 @@ def test_refused_calls_say_why(rng):
         autotune.sum(x, axis=1.0)
 
 
+def test_axis_and_keepdims_numpy_refuses_are_refused_even_after_a_replayed_call(rng):
+    """NumPy refuses ``axis=True`` (a bool is no axis) and ``keepdims='no'`` (no integer); so does autotune, also
+    where an earlier call on the same device array with ``axis=1`` is kept for replay (True == 1 as a key)."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    for kwargs in ({"axis": True}, {"axis": (0, False)}, {"axis": np.bool_(True)}, {"keepdims": "no"},
+                   {"keepdims": None}, {"keepdims": np.True_}):
+        with pytest.raises(TypeError):
+            np.sum(x, **kwargs)
+        with pytest.raises(TypeError, match="axis must be|keepdims must be"):
+            autotune.sum(x, **kwargs)
+    d = cuda.to_device(x)
+    out = poisoned((3,), np.float32)
+    autotune.sum(d, axis=1, out=out)
+    autotune.sum(d, axis=1, out=out)  # kept and replayed
+    with pytest.raises(TypeError, match="axis must be"):
+        autotune.sum(d, axis=True, out=out)
+    np.testing.assert_allclose(autotune.sum(x, axis=1, keepdims=1), x.astype(np.float64).sum(1, keepdims=True),
+                               rtol=1e-6)
+
+
 def wide_integers(rng, shape, dtype):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)

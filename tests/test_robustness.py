@@ -169,12 +169,26 @@ def test_shapes_and_dtypes_as_numpy_users_write_them(tmp_path):
         b = get_best_kernel("reduce", np.int64(1000), dtype="f4", db=tmp_path)
         c = get_best_kernel("reduce", [1000], dtype=np.dtype("float32"), db=tmp_path)
     assert a is b is c and a.dtype == "float32"
-    for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers")):
+    for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers"),
+                           ((10**23,), "above 2\\*\\*48"), ((4096, 4096, 2**48 + 1), "no GPU holds")):
         with pytest.raises(ValueError, match=message):
             get_best_kernel("matmul" if len(shape) == 3 else "reduce", shape, db=tmp_path)
     with pytest.raises(ValueError, match="dtype 'uint8' is not supported by reduce; supported: float32, float64, "
                                          "float16, bfloat16, int32, int64"):
         get_best_kernel("reduce", (1000,), dtype=np.uint8, db=tmp_path)
+
+
+@pytest.mark.parametrize("text", ["100000000000000000000000", "10**23", "1<<60", "4096x4096x" + "9" * 30,
+                                  "9" * 5000])
+def test_a_shape_no_gpu_could_hold_is_refused_when_it_is_read(text):
+    """``--shape 100000000000000000000000`` used to be accepted and fail only when the device refused it (or, of
+    more than 4300 digits, with Python's own error); it is refused as it is parsed, with what the limit is."""
+    from autotune.core.problem import MAX_DIMENSION, parse_shape
+
+    with pytest.raises(ValueError, match=r"above 2\*\*48|characters; no shape") as err:
+        parse_shape(text)
+    assert len(str(err.value)) < 200
+    assert parse_shape(str(MAX_DIMENSION)) == (MAX_DIMENSION,)
 
 
 def test_a_dtype_mismatch_suggests_only_what_exists():

@@ -75,7 +75,8 @@ def test_other_damage_names_the_file_the_line_and_what_to_do(tmp_path, where):
 
 
 @pytest.mark.parametrize("record", [b'{"op_code": 99, "worker_id": "w"}', b'{"op_code": "x", "worker_id": "w"}',
-                                    b'{"op_code": 4, "worker_id": "w"}', b'{"op_code": 5, "worker_id": "w", "trial_id": 0}'])
+                                    b'{"op_code": 4, "worker_id": "w"}',
+                                    b'{"op_code": 5, "worker_id": "w", "trial_id": 0}'])
 def test_a_json_record_optuna_cannot_apply_is_named_with_its_line(tmp_path, record):
     """Valid JSON with an op_code Optuna does not know, or without the fields its operation needs: Optuna stops on
     it with a bare AssertionError or KeyError; the run names the file, the line and what to do instead."""

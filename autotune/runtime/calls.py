@@ -29,7 +29,7 @@ from .streams import stream_key
 
 __all__ = ["Replay", "device_input", "input_dtype", "same_dtype", "order_of", "c_base", "layout_of", "tuned_kernel",
            "result_array", "staged", "unstaged", "returned", "zero_fill", "copy_into", "normalize_axis", "collapse",
-           "hashable"]
+           "axis_arg", "keepdims_arg"]
 
 MAX_REPLAYS = 256
 _kernels: dict[tuple, Any] = {}
@@ -80,20 +80,44 @@ class Replay:
                 _replays[self.key] = (plan, None if self.out is not None else Written.of(result))
 
 
-def hashable(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+def axis_arg(axis):
+    """``axis`` as NumPy takes it (None, an integer or a tuple of integers; a list too), in a hashable form that
+    tells apart what NumPy tells apart: a bool is no axis (NumPy refuses ``axis=True``; as a key, True would be
+    the same as 1). TypeError for anything else."""
+    if axis is None or type(axis) is int:
+        return axis
+    if isinstance(axis, (tuple, list)):
+        return tuple(_axis_index(a, axis) for a in axis)
+    return _axis_index(axis, axis)
+
+
+def _axis_index(a, axis) -> int:
+    if not isinstance(a, (bool, np.bool_)):
+        try:
+            return operator.index(a)
+        except TypeError:
+            pass
+    raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}")
+
+
+def keepdims_arg(keepdims) -> bool:
+    """``keepdims`` as NumPy takes it: True or False (or an integer, which NumPy also takes); TypeError for
+    anything else (NumPy refuses ``keepdims='no'``, which as a truth value would keep the dimensions)."""
+    if type(keepdims) is bool:
+        return keepdims
+    try:
+        return bool(operator.index(keepdims))
+    except TypeError:
+        raise TypeError(f"keepdims must be True or False, got {keepdims!r}") from None
 
 
 def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints, negative counting from the end) as sorted non-negative axes;
-    NumPy's AxisError when one is out of range, ValueError for a repeated one."""
+    NumPy's AxisError when one is out of range, ValueError for a repeated one, TypeError for a bool."""
     if axis is None:
         return tuple(range(ndim))
     given = axis if isinstance(axis, (tuple, list)) else (axis,)
-    try:
-        given = [operator.index(a) for a in given]
-    except TypeError:
-        raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}") from None
+    given = [_axis_index(a, axis) for a in given]
     axes = []
     for a in given:
         if not -ndim <= a < ndim:
