@@ -59,7 +59,7 @@ def to_device(x: Any, name: str):
         order = dense_order(x)
         if order is None:
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
-        return permuted(host_to_device(x.transpose(order)), tuple(np.argsort(order)))
+        return permuted(host_to_device(x.transpose(order)), tuple(int(a) for a in np.argsort(order)))
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
     if is_torch_bfloat16(x):
@@ -107,7 +107,9 @@ def permuted(d, axes: tuple[int, ...]):
         return d.transpose(axes)
     shape = tuple(d.shape[a] for a in axes)
     strides = tuple(d.strides[a] for a in axes)
-    return cuda.from_cuda_array_interface(dict(interface, shape=shape, strides=strides), owner=d, sync=False)
+    typestr = "bfloat16" if d.dtype == BFLOAT16 else interface["typestr"]  # as dtypes.retyped: its str is "<V2"
+    return cuda.from_cuda_array_interface(dict(interface, shape=shape, strides=strides, typestr=typestr), owner=d,
+                                          sync=False)
 
 
 def producer_stream(x: Any) -> int | None:
