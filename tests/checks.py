@@ -53,3 +53,33 @@ def assert_launched_as_signed(args, signature: str, name: str) -> None:
     types = tuple(numba.typeof(np.empty(0, a.dtype)) if hasattr(a, "copy_to_host") else numba.typeof(a)
                   for a in args)
     assert types == sigutils.normalize_signature(signature)[0], name
+
+
+def finishes(call, seconds: float = 20.0):
+    """``call()``'s result, or the exception it raised, within ``seconds``; AssertionError if it still blocks (a
+    reader waiting on a FIFO: the caller then releases it with ``release_fifo``)."""
+    import threading
+
+    outcome: list = []
+
+    def run():
+        try:
+            outcome.append(call())
+        except Exception as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert outcome, f"still blocked after {seconds} s"
+    return outcome[0]
+
+
+def release_fifo(path) -> None:
+    """Give a reader still blocked opening the FIFO at ``path`` its end of file (nothing if none waits)."""
+    import os
+
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+    except OSError:
+        pass

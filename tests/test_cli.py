@@ -18,9 +18,8 @@ H100 = "NVIDIA H100 80GB HBM3"
 TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
 
 
-def cli(*args, cwd, simulator=True, timeout=300):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("AUTOTUNE_DB", None)
+def cli(*args, cwd, simulator=True, timeout=300, env=None):
+    env = {**{k: v for k, v in os.environ.items() if k != "AUTOTUNE_DB"}, "PYTHONPATH": str(ROOT), **(env or {})}
     if not simulator:
         env.pop("NUMBA_ENABLE_CUDASIM", None)
     return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
@@ -79,9 +78,13 @@ def test_show_and_check_read_the_shipped_database_outside_a_checkout(tmp_path):
 
 
 def test_a_missing_folder_and_an_unreadable_file_are_reported_the_same_way_by_show_and_check(tmp_path):
+    (tmp_path / "a-file").write_text("schema: 1\n")
     for command in (["show"], ["db", "check"]):
         out = cli(*command, "--db", str(tmp_path / "nonexistent"), cwd=tmp_path)
         assert out.returncode == 2 and "no such folder" in out.stderr and "Traceback" not in out.stderr
+        out = cli(*command, cwd=tmp_path, env={"AUTOTUNE_DB": str(tmp_path / "a-file")})
+        assert out.returncode == 2 and "Traceback" not in out.stderr
+        assert f"AUTOTUNE_DB={tmp_path / 'a-file'}: not a database folder (a file, not a folder" in out.stderr
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "broken.yaml").write_text("schema: 1\ndevice: [oops\n")
     for command in (["show"], ["db", "check"]):

@@ -118,6 +118,33 @@ def test_registering_families_and_clear_errors(tmp_path):
         autotune.build_kernel("conv", {})
 
 
+@pytest.mark.parametrize("name", sorted(BUILTIN))
+def test_a_family_cannot_take_a_built_in_name_even_before_the_built_in_is_used(tmp_path, name):
+    """Registered in a fresh process before the built-in family of that name was first used, a family named like
+    it used to take its place (autotune.matmul then broke); the name is refused at once, naming the file, and the
+    built-in still works."""
+    path = tmp_path / "impostor.py"
+    path.write_text("from autotune.families.reduce.family import ReduceFamily\n\n\n"
+                    f"class Family(ReduceFamily):\n    name = {name!r}\n")
+    code = ("import numpy as np, autotune, warnings\n"
+            "from autotune.core.registry import FamilyError, register_family\n"
+            "warnings.simplefilter('ignore')\n"
+            "try:\n"
+            f"    register_family({str(path)!r})\n"
+            "except FamilyError as exc:\n"
+            "    print('refused:', exc)\n"
+            "x = np.arange(1.0, 7.0, dtype=np.float32).reshape(2, 3)\n"
+            "print(autotune.matmul(x, x.T).tolist())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "NUMBA_ENABLE_CUDASIM": "1"}, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr[-2000:]
+    first, second = out.stdout.splitlines()
+    assert first.startswith(f"refused: {path}: '{name}' is the name of a built-in kernel family"), first
+    assert second == "[[14.0, 32.0], [32.0, 77.0]]"
+    with pytest.raises(FamilyError, match="name of a built-in kernel family"):
+        register_family(str(path))
+
+
 TINY_FAMILY = '''
 """A third-party-style family: y = 2 x of a 1-D array."""
 from pathlib import Path

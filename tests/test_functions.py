@@ -130,6 +130,26 @@ def test_refused_calls_say_why(rng):
         autotune.sum(x, axis=1.0)
 
 
+def test_axis_and_keepdims_numpy_refuses_are_refused_even_after_a_replayed_call(rng):
+    """NumPy refuses ``axis=True`` (a bool is no axis) and ``keepdims='no'`` (no integer); so does autotune, also
+    where an earlier call on the same device array with ``axis=1`` is kept for replay (True == 1 as a key)."""
+    x = rng.standard_normal((3, 4)).astype(np.float32)
+    for kwargs in ({"axis": True}, {"axis": (0, False)}, {"axis": np.bool_(True)}, {"keepdims": "no"},
+                   {"keepdims": None}, {"keepdims": np.True_}):
+        with pytest.raises(TypeError):
+            np.sum(x, **kwargs)
+        with pytest.raises(TypeError, match="axis must be|keepdims must be"):
+            autotune.sum(x, **kwargs)
+    d = cuda.to_device(x)
+    out = poisoned((3,), np.float32)
+    autotune.sum(d, axis=1, out=out)
+    autotune.sum(d, axis=1, out=out)  # kept and replayed
+    with pytest.raises(TypeError, match="axis must be"):
+        autotune.sum(d, axis=True, out=out)
+    np.testing.assert_allclose(autotune.sum(x, axis=1, keepdims=1), x.astype(np.float64).sum(1, keepdims=True),
+                               rtol=1e-6)
+
+
 def wide_integers(rng, shape, dtype):
     info = np.iinfo(dtype)
     return rng.integers(info.min, info.max, size=shape, dtype=dtype, endpoint=True)
@@ -268,6 +288,20 @@ def test_matmul_takes_transposed_views_without_layout(rng, layout):
     out = poisoned((6, 4), np.float32)
     assert autotune.matmul(cuda.to_device(a), cuda.to_device(b), out=out) is out
     assert_matmul_close(out.copy_to_host(), A, B)
+
+
+def test_a_numpy_stack_of_transposed_matrices_is_read_as_the_same_stack_on_the_device(rng):
+    """``A.transpose(0, 2, 1)`` of a NumPy stack (no axis order of it is C- or F-contiguous, but its elements fill
+    one block) is copied as that block and read in place, matrix by matrix, as the device stack is; a view with
+    gaps is still refused, naming the copy to make."""
+    A = rng.standard_normal((3, 5, 4)).astype(np.float32).transpose(0, 2, 1)
+    B = rng.standard_normal((3, 2, 5)).astype(np.float32).transpose(0, 2, 1)
+    for got, b in ((autotune.matmul(A, B[0].copy()), lambda i: B[0]), (autotune.matmul(A, B), lambda i: B[i])):
+        assert isinstance(got, np.ndarray) and got.shape == (3, 4, 2)
+        for i in range(3):
+            assert_matmul_close(got[i], A[i], b(i))
+    with pytest.raises(ValueError, match="strided view"):
+        autotune.matmul(A[:, :, ::2], B[:, ::2])
 
 
 def test_matmul_empty_and_refused(rng):

@@ -103,6 +103,26 @@ def test_environment_variable_names_the_folder(folder, monkeypatch):
     assert notes == [] and k.params["BLOCK"] == 64
 
 
+@pytest.mark.parametrize("kind", ["missing", "file"])
+def test_a_named_folder_that_is_no_database_folder_is_said_to_be_none(tmp_path, monkeypatch, kind):
+    """``db=`` or ``$AUTOTUNE_DB`` naming a file, or a folder that does not exist: the lookup says the path is not a
+    database folder (and why), not only that it holds no entry."""
+    target = tmp_path / "kernels"
+    if kind == "file":
+        target.write_text("schema: 1\n")
+    why = "no such folder" if kind == "missing" else "a file, not a folder"
+    k, notes = lookup("reduce", (1009,), db=str(target))
+    assert any(n.startswith(f"db={target} is not a database folder ({why}") for n in notes), notes
+    assert any(f"in {target} (not a database folder: {why})" in n for n in notes), notes  # the fallback's note
+    monkeypatch.setenv("AUTOTUNE_DB", str(target))
+    k, notes = lookup("reduce", (1013,))
+    assert any(n.startswith(f"AUTOTUNE_DB={target} is not a database folder ({why}") for n in notes), notes
+    monkeypatch.setenv("HOME", str(tmp_path))
+    write_db(tmp_path / "home-db", SIM, [("reduce", (1019,), {"op": "sum"}, {"BLOCK": 64, "WAVES": 1})])
+    k, notes = lookup("reduce", (1019,), db="~/home-db")  # the README's db="~/kernels" form
+    assert notes == [] and k.params["BLOCK"] == 64
+
+
 @pytest.mark.parametrize("kind, shape, family", [
     ("matmul", (37, 29, 41), {"layout": "nn"}), ("matmul", (1, 13, 7), {"layout": "tn"}),
     ("reduce", (1031,), {"op": "sum"}), ("reduce", (997,), {"op": "max"}), ("reduce", (1,), {"op": "min"}),

@@ -168,3 +168,96 @@ def test_an_empty_matmul_is_refused_clearly():
     kernel = build_kernel("matmul", {"strategy": "naive"})
     with pytest.raises(ValueError, match="M, N, K >= 1"):
         kernel(np.ones((0, 3), np.float32), np.ones((3, 2), np.float32))
+
+
+@st.composite
+def stacked_operands(draw):
+    """A stack product's operand shapes: a batch, and each operand a stack of it, a broadcast stack of one or a
+    single matrix."""
+    batch = draw(st.sampled_from([2, 3]))
+    M, N, K = (draw(st.sampled_from([1, 2, 3, 5])) for _ in range(3))
+    a_lead, b_lead = draw(st.sampled_from([((batch,), (batch,)), ((batch,), (1,)), ((1,), (batch,)), ((batch,), ()),
+                                           ((), (batch,))]))
+    return batch, a_lead + (M, K), b_lead + (K, N)
+
+
+@settings(PROPERTY, max_examples=20)
+@given(data=st.data(), shapes=stacked_operands(), dtype=st.sampled_from(["float32", "float64"]),
+       shared=st.sampled_from(["A", "B"]))
+def test_stacked_matmul_with_out_overlapping_any_matrix_of_an_operand_equals_numpy(data, shapes, dtype, shared):
+    """``autotune.matmul(A, B, out=C)`` where C starts at the first byte of any matrix of A or of B (one of a stack,
+    or the single matrix a broadcast operand repeats), C's matrix i on operand matrix j: the result is NumPy's
+    ``A @ B`` of the operands as they were before the call (every launch of the stack reads inputs unchanged)."""
+    import warnings
+
+    import autotune
+
+    batch, a_shape, b_shape = shapes
+    A = data.draw(arrays(a_shape, dtype, 1e15))
+    B = data.draw(arrays(b_shape, dtype, 1e15))
+    expected = A.astype(np.float64) @ B.astype(np.float64)
+    operand, other = (A, B) if shared == "A" else (B, A)
+    c_matrix = expected.shape[-2] * expected.shape[-1]
+    o_matrix = operand.shape[-2] * operand.shape[-1]
+    i = data.draw(st.integers(0, batch - 1), label="matrix of out")
+    j = data.draw(st.integers(0, max(operand.size // o_matrix - 1, 0)), label="matrix of the operand")
+    start = max(0, i * c_matrix - j * o_matrix)  # the operand's first element in the buffer
+    c_start = start + j * o_matrix - i * c_matrix  # out's, so that out[i] starts at the operand's matrix j
+    buffer = np.full(max(start + operand.size, c_start + expected.size), np.nan, dtype)
+    buffer[start:start + operand.size] = operand.ravel()
+    device = cuda.to_device(buffer)
+    shared_d = device[start:start + operand.size].reshape(operand.shape)
+    out = device[c_start:c_start + expected.size].reshape(expected.shape)
+    args = (shared_d, cuda.to_device(other)) if shared == "A" else (cuda.to_device(other), shared_d)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+        assert autotune.matmul(*args, out=out) is out
+    with np.errstate(all="ignore"):
+        abs_sum = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    assert_like_numpy(out.copy_to_host(), expected, abs_sum, a_shape[-1], dtype, exact=False)
+
+
+class Tagged(np.ndarray):
+    """A subclass that adds an attribute and changes nothing else: autotune still cannot know that, so refuses it."""
+
+
+def subclassed(kind: str, x: np.ndarray, draw):
+    if kind == "masked":
+        mask = np.array(draw(st.lists(st.booleans(), min_size=x.size, max_size=x.size)), bool).reshape(x.shape)
+        return np.ma.MaskedArray(x, mask=mask)
+    if kind == "matrix":
+        return np.asmatrix(x.reshape(x.shape[0], -1) if x.ndim else x.reshape(1, 1))
+    if kind == "tagged":
+        return x.view(Tagged)
+    return x
+
+
+@settings(PROPERTY, max_examples=30)
+@given(data=st.data(), kind=st.sampled_from(["plain", "masked", "matrix", "tagged"]),
+       op=st.sampled_from(["sum", "max", "min", "nanmax", "matmul"]), axis=st.sampled_from([None, 0, -1]))
+def test_ndarray_subclasses_give_numpys_result_or_a_type_error(data, kind, op, axis):
+    """A NumPy array of a subclass (a masked array, with or without masked elements; np.matrix; any other subclass)
+    is refused with a TypeError naming what it is, since the kernels read only its buffer; a plain array gives
+    NumPy's result. Never a result that differs from NumPy's without a word."""
+    import warnings
+
+    import autotune
+
+    shape = (data.draw(st.sampled_from([1, 2, 3, 5])), data.draw(st.sampled_from([1, 2, 3, 7])))
+    x = subclassed(kind, data.draw(arrays(shape, "float32", 1e15 if op == "matmul" else 1e30)), data.draw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        call = (lambda: autotune.matmul(x, x.T)) if op == "matmul" else (lambda: getattr(autotune, op)(x, axis=axis))
+        if kind != "plain":
+            with pytest.raises(TypeError, match="masked array|np.matrix|ndarray subclass"):
+                call()
+            return
+        got = call()
+    with np.errstate(all="ignore"):
+        terms = x.astype(np.float64)
+        reference = terms @ terms.T if op == "matmul" else getattr(np, op)(terms, axis=axis)
+        abs_sum = np.abs(terms) @ np.abs(terms.T) if op == "matmul" else np.abs(terms).sum(axis=axis)
+    assert np.shape(got) == np.shape(reference)
+    assert_like_numpy(np.atleast_1d(got), np.atleast_1d(reference), np.atleast_1d(abs_sum),
+                      shape[-1] if op == "matmul" or axis is None else shape[axis], "float32",
+                      exact=op != "sum" and op != "matmul")

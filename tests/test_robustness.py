@@ -169,12 +169,26 @@ def test_shapes_and_dtypes_as_numpy_users_write_them(tmp_path):
         b = get_best_kernel("reduce", np.int64(1000), dtype="f4", db=tmp_path)
         c = get_best_kernel("reduce", [1000], dtype=np.dtype("float32"), db=tmp_path)
     assert a is b is c and a.dtype == "float32"
-    for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers")):
+    for shape, message in (((0,), "at least 1"), ((-4, 4, 4), "at least 1"), ((2.5,), "must be integers"),
+                           ((10**23,), "above 2\\*\\*48"), ((4096, 4096, 2**48 + 1), "no GPU holds")):
         with pytest.raises(ValueError, match=message):
             get_best_kernel("matmul" if len(shape) == 3 else "reduce", shape, db=tmp_path)
     with pytest.raises(ValueError, match="dtype 'uint8' is not supported by reduce; supported: float32, float64, "
                                          "float16, bfloat16, int32, int64"):
         get_best_kernel("reduce", (1000,), dtype=np.uint8, db=tmp_path)
+
+
+@pytest.mark.parametrize("text", ["100000000000000000000000", "10**23", "1<<60", "4096x4096x" + "9" * 30,
+                                  "9" * 5000])
+def test_a_shape_no_gpu_could_hold_is_refused_when_it_is_read(text):
+    """``--shape 100000000000000000000000`` used to be accepted and fail only when the device refused it (or, of
+    more than 4300 digits, with Python's own error); it is refused as it is parsed, with what the limit is."""
+    from autotune.core.problem import MAX_DIMENSION, parse_shape
+
+    with pytest.raises(ValueError, match=r"above 2\*\*48|characters; no shape") as err:
+        parse_shape(text)
+    assert len(str(err.value)) < 200
+    assert parse_shape(str(MAX_DIMENSION)) == (MAX_DIMENSION,)
 
 
 def test_a_dtype_mismatch_suggests_only_what_exists():
@@ -214,3 +228,87 @@ def test_database_writes_keep_the_files_mode(tmp_path):
         assert stat.S_IMODE(path.stat().st_mode) == 0o640
     finally:
         os.umask(old)
+
+
+BAD_SCALARS = ["date: 2026-13-45", "date: 2026-02-30", "trials: " + "9" * 4400, "trials: !!int abc",
+               "trials: !!int ''", "rate: !!float ''", "template_hash: !!bool maybe", "date: !!timestamp xyz"]
+
+
+@pytest.mark.parametrize("line", BAD_SCALARS, ids=lambda line: line[:24])
+def test_a_scalar_pyyaml_cannot_build_skips_its_database_file_with_the_file_and_line_named(tmp_path, line):
+    """Dates that do not exist, huge integers, explicit tags on text they cannot read: PyYAML raises ValueError,
+    KeyError or IndexError from inside its constructors. The file is refused naming the file and the line, a
+    lookup skips it with a warning and still works, and the check names it."""
+    path = write_db(tmp_path / "cuda-simulator.yaml", [reduce_record()])
+    path.write_text(path.read_text().replace("  trials: 3\n", f"  trials: 3\n  {line}\n".replace(
+        "  trials: 3\n  trials:", "  trials:")))
+    with pytest.raises(db.DatabaseError) as err:
+        db.load_file(path)
+    assert str(err.value).startswith(f"{path}: cannot read: line ") and len(str(err.value)) < 400
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        kernel = get_best_kernel("reduce", (1000,), db=tmp_path)
+    assert kernel.params == load_space("reduce").validate(  # the default's, the file skipped
+        Problem("reduce", (1000,)).impl.default_params(Problem("reduce", (1000,))), dtype="float32",
+        args=Problem("reduce", (1000,)).args)
+    assert any("cannot be used" in str(w.message) and str(path) in str(w.message) for w in caught)
+
+
+def test_a_database_folder_with_bad_scalars_and_a_fifo_is_checked_and_shown_to_the_end(tmp_path):
+    """One file with a date that does not exist and one FIFO named like a database file, beside a good file:
+    ``db check`` names both (and returns, where a FIFO used to block it), ``show`` lists the good file, and
+    ``autotune.sum`` works with a warning for each."""
+    import autotune
+
+    write_db(tmp_path / "a-good.yaml", [reduce_record()], {"name": "Good GPU", "cc": "8.0"})
+    bad = write_db(tmp_path / "b-dated.yaml", [reduce_record()], {"name": "Dated GPU", "cc": "8.0"})
+    bad.write_text(bad.read_text() + "  date: 2026-02-30\n")
+    fifo = tmp_path / "c-fifo.yaml"
+    os.mkfifo(fifo)
+    check = cli("db", "check", "--db", str(tmp_path))
+    assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
+    assert f"FAIL {bad}: cannot read: line" in check.stdout and "'2026-02-30' is not a valid timestamp" in check.stdout
+    assert f"FAIL {fifo}: cannot read: not a regular file (a FIFO)" in check.stdout
+    assert f"ok   {tmp_path / 'a-good.yaml'}" in check.stdout
+    show = cli("show", "--db", str(tmp_path))
+    assert "Traceback" not in show.stderr and "reduce/float32/sum/all/1000" in show.stdout
+    x = np.random.default_rng(5).standard_normal(100).astype(np.float32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        os.environ["AUTOTUNE_DB"] = str(tmp_path)
+        try:
+            total = autotune.sum(x)
+        finally:
+            del os.environ["AUTOTUNE_DB"]
+    assert total == pytest.approx(x.astype(np.float64).sum(), rel=1e-5, abs=1e-5)
+    notes = " ".join(str(w.message) for w in caught)
+    assert str(bad) in notes and str(fifo) in notes
+
+
+def test_a_sweep_or_neighbours_file_that_cannot_be_read_is_one_line_naming_it(tmp_path, capsys):
+    """``replay`` on a sweep whose device says ``sm_count: .inf`` (int() of it overflows) or with
+    ``--neighbours`` naming a database file with a date that does not exist: one line that names the file."""
+    from autotune.commands.cli import main
+
+    sweeps = ROOT / "benchmarks" / "sweeps"
+    for name in ("matmul-4096x4096x256.yaml", "matmul-4096x4096x256.space.yaml"):
+        (tmp_path / name).write_text((sweeps / name).read_text())
+    sweep = tmp_path / "matmul-4096x4096x256.yaml"
+    neighbours = write_db(tmp_path / "n.yaml", [reduce_record()])
+    neighbours.write_text(neighbours.read_text() + "  date: 2026-13-45\n")
+    assert main(["replay", str(sweep), "--seeds", "1", "--neighbours", str(neighbours)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"autotune: error: {neighbours}: cannot read: line") and "month must be in 1..12" in err
+    sweep.write_text(sweep.read_text().replace("sm_count: 132", "sm_count: .inf"))
+    assert main(["replay", str(sweep), "--seeds", "1"]) == 2
+    err = capsys.readouterr().err
+    assert f"{sweep}: device must give" in err and "sm_count must be a whole number" in err and "inf" in err
+
+
+def test_a_search_space_with_a_bad_scalar_stops_the_tuning_run_with_one_line(tmp_path):
+    space = tmp_path / "space.yaml"
+    space.write_text("family: reduce\nparams:\n  BLOCK: {values: [!!int abc]}\n")
+    out = cli("tune", "--family", "reduce", "--simulator", "--shape", "33", "--space", str(space), "--no-db",
+              "--state-dir", str(tmp_path / "state"))
+    assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+    assert f"{space}: line 3: 'abc' is not a valid int" in out.stderr

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from checks import finishes, release_fifo
 
 from autotune.tuning.storage import StorageError, open_database, open_journal, redacted
 
@@ -73,18 +74,49 @@ def test_other_damage_names_the_file_the_line_and_what_to_do(tmp_path, where):
     assert "remove that line" in message and "move the file aside" in message
 
 
+@pytest.mark.parametrize("record", [b'{"op_code": 99, "worker_id": "w"}', b'{"op_code": "x", "worker_id": "w"}',
+                                    b'{"op_code": 4, "worker_id": "w"}',
+                                    b'{"op_code": 5, "worker_id": "w", "trial_id": 0}'])
+def test_a_json_record_optuna_cannot_apply_is_named_with_its_line(tmp_path, record):
+    """Valid JSON with an op_code Optuna does not know, or without the fields its operation needs: Optuna stops on
+    it with a bare AssertionError or KeyError; the run names the file, the line and what to do instead."""
+    path = tmp_path / "gpu.journal"
+    journal_with_trials(path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines.insert(3, record + b"\n")
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(StorageError) as err:
+        open_journal(path, report=lambda line: None)
+    message = str(err.value)
+    assert str(path) in message and f"line 4 of {len(lines)} is a journal record Optuna cannot apply" in message
+    assert "move the file aside" in message and "\n" not in message
+
+
+def test_a_journal_that_is_not_a_regular_file_is_refused_not_waited_on(tmp_path):
+    path = tmp_path / "gpu.journal"
+    os.mkfifo(path)
+    try:
+        exc = finishes(lambda: open_journal(path, report=lambda line: None))
+    finally:
+        release_fifo(path)
+    assert isinstance(exc, StorageError) and "not a regular file" in str(exc) and str(path) in str(exc), exc
+
+
 def test_the_command_line_reports_a_damaged_journal_in_one_line(tmp_path):
     state = tmp_path / "state"
     path = state / "studies" / "cuda-simulator.journal"
     path.parent.mkdir(parents=True)
-    path.write_bytes(b'{"op_code": 0, "worker_id": "x", "study_name": "s", "directions": [1]}\ngarbage\n')
-    out = subprocess.run([sys.executable, "-m", "autotune", "reduce", "--simulator", "--shape", "33", "--state-dir",
-                          str(state), "--no-db"], capture_output=True, text=True, timeout=300,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)})
-    assert out.returncode == 2
-    error = [line for line in out.stderr.splitlines() if line.startswith("autotune: error:")]
-    assert error and "line 2 of 2 is not a journal record" in error[0] and str(path) in error[0]
-    assert "Traceback" not in out.stderr
+    create = b'{"op_code": 0, "worker_id": "x", "study_name": "s", "directions": [1]}\n'
+    for damage, said in ((b"garbage\n", "line 2 of 2 is not a journal record"),
+                         (b'{"op_code": 99, "worker_id": "x"}\n', "line 2 of 2 is a journal record Optuna cannot")):
+        path.write_bytes(create + damage)
+        out = subprocess.run([sys.executable, "-m", "autotune", "reduce", "--simulator", "--shape", "33",
+                              "--state-dir", str(state), "--no-db"], capture_output=True, text=True, timeout=300,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert out.returncode == 2
+        error = [line for line in out.stderr.splitlines() if line.startswith("autotune: error:")]
+        assert error and said in error[0] and str(path) in error[0]
+        assert "Traceback" not in out.stderr and "Should not reach" not in out.stderr.replace(error[0], "")
 
 
 def test_a_missing_database_driver_is_named_with_the_install_command():

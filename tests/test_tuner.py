@@ -368,6 +368,48 @@ def test_a_stopped_worker_measures_nothing_more():
     assert worker._process is None
 
 
+def test_a_worker_stopped_mid_job_says_it_was_stopped_not_that_it_died():
+    """Ctrl-C ends the worker while it measures (the seed kernel, at the start of a run): its job's answer says the
+    worker was stopped, never that it died (exit -9) as if the variant had crashed it."""
+    import threading
+
+    from autotune.tuning.records import job_for
+    from autotune.tuning.worker import STOPPED, Worker
+
+    worker = Worker(device=None, simulator=True)
+    answers = []
+    job = job_for(Problem("reduce", (33,), "float32"), {"BLOCK": 32})
+    thread = threading.Thread(target=lambda: answers.append(worker.run(job)))
+    thread.start()
+    time.sleep(1.0)  # the child is starting or measuring
+    worker.stop()
+    thread.join(30)
+    assert answers and not answers[0].ok and answers[0].reason == STOPPED, answers
+
+
+def test_an_interruption_while_the_seed_is_measured_is_not_reported_as_its_failure(tmp_path):
+    import concurrent.futures as cf
+
+    from autotune.tuning.compile_queue import Compiling
+    from autotune.tuning.records import CompileResult, Measurement
+    from autotune.tuning.tuner import Seed
+
+    lines = []
+    tuner = Tuner(Problem("reduce", (33,), "float32"), TuneConfig(state_dir=tmp_path, baseline=False),
+                  current_device(), report=lines.append)
+
+    class InterruptedWorker:
+        def run(self, job):
+            tuner._stopping.set()  # Ctrl-C arrives while the seed is measured; the run ends the worker
+            return Measurement(ok=False, stage="run", reason="worker process died (exit code -9: crash or ...)")
+
+    built = cf.Future()
+    built.set_result(CompileResult(ok=True))
+    assert tuner._measure_seed(InterruptedWorker(), Compiling(Seed(tuner._baseline_params(), None), built, 0.0)) \
+        is None
+    assert lines == []
+
+
 def test_stopping_the_compile_pool_ends_running_compiles():
     """``CompilePool.stop`` ends a compile that is running, not only those waiting: an interrupted H100 run sat
     15-45 s at exit while the interpreter joined the pool's manager thread until the last long compile ended."""

@@ -618,13 +618,14 @@ def run_warm(args) -> int:
 # -- database ---------------------------------------------------------------------------------------
 def _database_files(args) -> tuple[list, list[str], list]:
     """Every file lookups read, in their order, with a sentence per file that cannot be read; ValueError when
-    the folder named with --db does not exist."""
-    from ..runtime.db import database_folders, load_folder
+    the folder named with --db or $AUTOTUNE_DB is no folder."""
+    from ..runtime.db import database_folders, folder_problem, load_folder, named_folder
 
     for spec in getattr(args, "family", []) or []:
         register_family(spec)
-    if args.db and not Path(args.db).is_dir():
-        raise ValueError(f"--db {args.db}: no such folder")
+    named = named_folder(args.db)
+    if named and (problem := folder_problem(named[1])):
+        raise ValueError(f"{named[0].replace('db=', '--db ')}: not a database folder ({problem})")
     folders = database_folders(args.db)
     files, problems = [], []
     for folder in folders:

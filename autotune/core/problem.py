@@ -13,6 +13,8 @@ from typing import Any, Mapping
 from .dtypes import numpy_dtype
 from .registry import family as family_named
 
+MAX_DIMENSION = 2**48  # no GPU holds an array with a longer axis; the database refuses longer ones too
+MAX_SHAPE_TEXT = 200
 _DIMS = re.compile(r"^\d+(x\d+)*$")
 _POWER = re.compile(r"^(\d+)(\*\*|<<)(\d+)$")
 
@@ -20,6 +22,9 @@ _POWER = re.compile(r"^(\d+)(\*\*|<<)(\d+)$")
 def parse_shape(text: str) -> tuple[int, ...]:
     """'4096x4096x4096' -> (4096, 4096, 4096); a 1-D size may also be written '2**24' or '1<<24'."""
     text = str(text).strip().lower().replace(" ", "")
+    if len(text) > MAX_SHAPE_TEXT:
+        raise ValueError(f"shape {text[:40]!r}...: {len(text)} characters; no shape is written in more than "
+                         f"{MAX_SHAPE_TEXT}")
     power = _POWER.match(text)
     if power:
         base, op, exp = power.groups()
@@ -33,7 +38,8 @@ def parse_shape(text: str) -> tuple[int, ...]:
 
 
 def check_dims(shape: Any, text: Any = None) -> tuple[int, ...]:
-    """A problem shape as a tuple of Python ints, each at least 1 (NumPy integers accepted); ValueError else."""
+    """A problem shape as a tuple of Python ints, each from 1 to MAX_DIMENSION (NumPy integers accepted);
+    ValueError else."""
     dims = (shape,) if not isinstance(shape, (tuple, list)) else shape
     try:
         dims = tuple(operator.index(d) for d in dims)
@@ -42,7 +48,15 @@ def check_dims(shape: Any, text: Any = None) -> tuple[int, ...]:
     if not dims or any(d < 1 for d in dims):
         raise ValueError(f"shape {text or shape!r}: every dimension must be at least 1 (a problem is tuned and "
                          f"looked up for a non-empty shape)")
+    if any(d > MAX_DIMENSION for d in dims):
+        raise ValueError(f"shape {_short(text or shape)}: a dimension above 2**48 ({MAX_DIMENSION}); no GPU holds "
+                         f"such an array")
     return dims
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def shape_text(shape: tuple[int, ...]) -> str:

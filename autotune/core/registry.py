@@ -41,7 +41,7 @@ def family(name: str) -> KernelFamily:
         if name in _families:
             return _families[name]
         if name in BUILTIN:
-            return _register(_from_module(importlib.import_module(BUILTIN[name]), name), source=name)
+            return _builtin(name)
         _read_entry_points()
         if name in _families:
             return _families[name]
@@ -103,11 +103,30 @@ def load_family(source: str) -> KernelFamily:
     return register_family(source)
 
 
+def _builtin(name: str) -> KernelFamily:
+    """The built-in family ``name``, loaded and registered on first use."""
+    with _lock:
+        fam = _families.get(name)
+        if fam is None:
+            fam = _from_module(importlib.import_module(BUILTIN[name]), name)
+            fam.source = fam.source or name
+            _families[name] = fam
+        return fam
+
+
 def _register(fam: KernelFamily, source: str) -> KernelFamily:
+    """Register ``fam``; the built-in names are always reserved for the built-in families, whether or not they have
+    been used yet in this process (else a family registered first under "matmul" would serve autotune.matmul)."""
     name = getattr(fam, "name", None)
     if not isinstance(name, str) or not name.isidentifier():
         raise FamilyError(f"{source}: a kernel family needs a 'name' that is an identifier, got {name!r}")
     with _lock:
+        if name in BUILTIN:
+            builtin = _builtin(name)
+            if fam is builtin or type(fam) is type(builtin):
+                return builtin
+            raise FamilyError(f"{source}: {name!r} is the name of a built-in kernel family ({', '.join(BUILTIN)} "
+                              f"are reserved); give your family another name")
         current = _families.get(name)
         if current is not None:
             if current.source == (fam.source or source) or type(current) is type(fam):

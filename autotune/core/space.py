@@ -307,7 +307,7 @@ def load_space(family: str, path: str | Path | None = None) -> SearchSpace:
     builtin = _cached(impl, str(impl.space_file), None)
     if path is None:
         return builtin
-    return _cached(impl, str(Path(path).resolve()), builtin)
+    return _cached(impl, str(Path(path).absolute()), builtin)  # named as given: a link's target may be no file
 
 
 def _cached(impl: "KernelFamily", path: str, builtin: SearchSpace | None) -> SearchSpace:

@@ -49,11 +49,17 @@ def to_device(x: Any, name: str):
 
     NumPy and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
     matmul built with a transposed layout, F-contiguous) and names the copy to make otherwise; nothing is
-    copied into another layout behind the caller's back."""
+    copied into another layout behind the caller's back. So a NumPy array whose elements fill one block of memory
+    in any order of its axes (a stack of transposed matrices, ``A.transpose(0, 2, 1)``) is copied as that block and
+    viewed with its own strides, as the same array on the device would be."""
     if isinstance(x, np.ndarray):
-        if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        check_plain(x, name)
+        if x.flags.c_contiguous or x.flags.f_contiguous:
+            return host_to_device(x)
+        order = dense_order(x)
+        if order is None:
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
-        return host_to_device(x)
+        return permuted(host_to_device(x.transpose(order)), tuple(int(a) for a in np.argsort(order)))
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
     if is_torch_bfloat16(x):
@@ -62,6 +68,48 @@ def to_device(x: Any, name: str):
         return cuda.as_cuda_array(x, sync=False)  # ordered on the GPU instead: see producer_stream
     raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
                     f"tensor); got {type(x).__name__}")
+
+
+#: NumPy array types taken as plain arrays: ndarray, and memmap (an ndarray over a file's pages, no other meaning)
+PLAIN_HOST_TYPES = (np.ndarray, np.memmap)
+
+
+def check_plain(x: np.ndarray, name: str) -> None:
+    """TypeError for a NumPy array of a subclass: a subclass may change what its elements mean (a masked array's
+    mask, ``np.matrix``'s 2-D rows, units), and the kernels would read only the buffer, giving a different answer
+    than NumPy without a word. ``np.asarray(x)`` is the caller's explicit choice of the plain buffer."""
+    if type(x) in PLAIN_HOST_TYPES:
+        return
+    if isinstance(x, np.ma.MaskedArray):
+        what = "a NumPy masked array: its mask would be ignored (NumPy's result skips the masked elements); " \
+               f"reduce {name}.compressed() or {name}.filled(value), or use np.ma's functions"
+    elif isinstance(x, np.matrix):
+        what = f"a np.matrix, whose results keep two dimensions; pass np.asarray({name})"
+    else:
+        what = (f"an instance of the ndarray subclass {type(x).__module__}.{type(x).__qualname__}, which may change "
+                f"what its elements mean; pass np.asarray({name}) to use its plain buffer")
+    raise TypeError(f"{name} is {what}")
+
+
+def dense_order(x: np.ndarray) -> tuple[int, ...] | None:
+    """The order of ``x``'s axes (outermost first) in which its elements fill one block of memory, C-contiguously;
+    None where no order does (gaps, repeats or negative strides: a strided view)."""
+    order = tuple(sorted(range(x.ndim), key=lambda a: -x.strides[a]))
+    return order if x.transpose(order).flags.c_contiguous else None
+
+
+def permuted(d, axes: tuple[int, ...]):
+    """The device array ``d`` with its axes in the order ``axes`` (``np.transpose(d, axes)``): a view of the same
+    memory, kept alive by the view. numba-cuda's ``DeviceNDArray.transpose`` copies (2-D) or refuses (more
+    dimensions), so the view is made from the CUDA Array Interface; the simulator's arrays are NumPy's views."""
+    interface = getattr(d, "__cuda_array_interface__", None)
+    if interface is None:
+        return d.transpose(axes)
+    shape = tuple(d.shape[a] for a in axes)
+    strides = tuple(d.strides[a] for a in axes)
+    typestr = "bfloat16" if d.dtype == BFLOAT16 else interface["typestr"]  # as dtypes.retyped: its str is "<V2"
+    return cuda.from_cuda_array_interface(dict(interface, shape=shape, strides=strides, typestr=typestr), owner=d,
+                                          sync=False)
 
 
 def producer_stream(x: Any) -> int | None:

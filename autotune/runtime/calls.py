@@ -7,12 +7,14 @@ family's own) does around its kernel, public for family authors.
 - ``tuned_kernel``: the family's kernel tuned for a problem, kept per problem and database folders for the
   process (the lookup's warnings once per shape).
 - ``result_array``: ``out=`` checked, or a new array from the result pool on the call's stream;
-  ``returned`` gives NumPy's answer (NumPy in, NumPy out).
+  ``returned`` gives NumPy's answer (NumPy in, NumPy out). ``staged``/``unstaged``: a call of several launches
+  whose ``out=`` overlaps an input computes into a staging array, copied into ``out`` last.
 - ``Replay``: repeated calls on the same device arrays replay the launches of the first call (see its
   docstring); ``zero_fill`` and ``copy_into`` are the empty cases' answers.
 """
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import threading
@@ -26,7 +28,8 @@ from .launch import Plan, Written
 from .streams import stream_key
 
 __all__ = ["Replay", "device_input", "input_dtype", "same_dtype", "order_of", "c_base", "layout_of", "tuned_kernel",
-           "result_array", "returned", "zero_fill", "copy_into", "normalize_axis", "collapse", "hashable"]
+           "result_array", "staged", "unstaged", "returned", "zero_fill", "copy_into", "normalize_axis", "collapse",
+           "axis_arg", "keepdims_arg"]
 
 MAX_REPLAYS = 256
 _kernels: dict[tuple, Any] = {}
@@ -77,20 +80,44 @@ class Replay:
                 _replays[self.key] = (plan, None if self.out is not None else Written.of(result))
 
 
-def hashable(axis):
-    return tuple(axis) if isinstance(axis, list) else axis
+def axis_arg(axis):
+    """``axis`` as NumPy takes it (None, an integer or a tuple of integers; a list too), in a hashable form that
+    tells apart what NumPy tells apart: a bool is no axis (NumPy refuses ``axis=True``; as a key, True would be
+    the same as 1). TypeError for anything else."""
+    if axis is None or type(axis) is int:
+        return axis
+    if isinstance(axis, (tuple, list)):
+        return tuple(_axis_index(a, axis) for a in axis)
+    return _axis_index(axis, axis)
+
+
+def _axis_index(a, axis) -> int:
+    if not isinstance(a, (bool, np.bool_)):
+        try:
+            return operator.index(a)
+        except TypeError:
+            pass
+    raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}")
+
+
+def keepdims_arg(keepdims) -> bool:
+    """``keepdims`` as NumPy takes it: True or False (or an integer, which NumPy also takes); TypeError for
+    anything else (NumPy refuses ``keepdims='no'``, which as a truth value would keep the dimensions)."""
+    if type(keepdims) is bool:
+        return keepdims
+    try:
+        return bool(operator.index(keepdims))
+    except TypeError:
+        raise TypeError(f"keepdims must be True or False, got {keepdims!r}") from None
 
 
 def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
     """``axis`` (None, an int or a tuple of ints, negative counting from the end) as sorted non-negative axes;
-    NumPy's AxisError when one is out of range, ValueError for a repeated one."""
+    NumPy's AxisError when one is out of range, ValueError for a repeated one, TypeError for a bool."""
     if axis is None:
         return tuple(range(ndim))
     given = axis if isinstance(axis, (tuple, list)) else (axis,)
-    try:
-        given = [operator.index(a) for a in given]
-    except TypeError:
-        raise TypeError(f"axis must be None, an integer or a tuple of integers, got {axis!r}") from None
+    given = [_axis_index(a, axis) for a in given]
     axes = []
     for a in given:
         if not -ndim <= a < ndim:
@@ -189,6 +216,26 @@ def result_array(out, shape: tuple[int, ...], dtype: str, order: str, stream):
         what = "C-contiguous" if order == "C" else "F-contiguous (the input is a transposed view)"
         raise ValueError(f"out must be {what}")
     return d
+
+
+def staged(result, inputs, stream):
+    """Where a call of several launches computes ``result``: itself, or a fresh C-contiguous array of its shape
+    and dtype when it shares any byte with any input (``inputs``: the whole arrays, None entries ignored).
+
+    The overlap is judged over the whole call, not launch by launch: in a stack of products, the first launch
+    writing ``out[0]`` would otherwise overwrite ``X[1]`` (or the one matrix a broadcast operand repeats) before a
+    later launch reads it. ``unstaged`` copies the staging array into ``result`` after the last launch."""
+    if not arrays.overlaps(result, *inputs):
+        return result
+    return result_pool.empty(tuple(result.shape), np.dtype(result.dtype), "C", stream)
+
+
+def unstaged(result, target, stream) -> Plan:
+    """The step that copies the staging array ``target`` into ``result`` on ``stream`` (none where the call
+    computed into ``result`` itself), as a plan to join after the call's launches; bfloat16 travels as its bits."""
+    if target is result or not result.size:
+        return Plan([], result)
+    return Plan([functools.partial(kernel_view(result).copy_to_device, kernel_view(target), stream=stream)], result)
 
 
 def zero_fill(d, stream) -> None:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core.device import device_slug
-from ..core.problem import Problem
+from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import FamilyError, is_known
 from ..core.registry import family as family_named
 from ..core.space import load_space
@@ -79,8 +79,9 @@ class DbFile:
 
 
 def db_dir(path: str | os.PathLike | None = None) -> Path:
-    """Your database folder, where tuning runs write: the argument, else $AUTOTUNE_DB, else ./tuned_db."""
-    return Path(path or os.environ.get("AUTOTUNE_DB") or "tuned_db")
+    """Your database folder, where tuning runs write: the argument, else $AUTOTUNE_DB, else ./tuned_db (``~``
+    expanded: the README's ``db="~/kernels"``)."""
+    return Path(path or os.environ.get("AUTOTUNE_DB") or "tuned_db").expanduser()
 
 
 def db_path(folder: Path, device_name: str) -> Path:
@@ -95,7 +96,8 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     try:
         data = read_yaml(path)
     except YamlFileError as exc:
-        raise DatabaseError(f"{where}: cannot read: {str(exc).removeprefix(where + ': ')}") from None
+        detail = str(exc).removeprefix(where + ": ")
+        raise DatabaseError(f"{where}: {'' if detail.startswith('cannot read') else 'cannot read: '}{detail}") from None
     if not isinstance(data, dict):
         raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
     if data.get("schema") != SCHEMA:
@@ -179,7 +181,7 @@ def parse_entry(raw: Any) -> Entry:
         raise DatabaseError(f"field 'dtype' is {_short(dtype)}; allowed: {', '.join(impl.dtypes)}")
     shape = raw["shape"]
     if not isinstance(shape, list) or not shape or len(shape) > 8 or \
-            not all(type(d) is int and 1 <= d <= 2**48 for d in shape):
+            not all(type(d) is int and 1 <= d <= MAX_DIMENSION for d in shape):
         raise DatabaseError(f"field 'shape' must be a list of positive integers, got {_short(shape)}")
     args = {}
     for arg in impl.args:
@@ -315,6 +317,27 @@ def database_folders(db: str | os.PathLike | None = None) -> list[Path]:
     if shipped is not None and not any(_same(shipped, f) for f in folders):
         folders.append(shipped)
     return folders
+
+
+def named_folder(db: str | os.PathLike | None = None) -> tuple[str, Path] | None:
+    """The database folder the caller named and how (``db=PATH``, or ``$AUTOTUNE_DB``); None where neither is
+    given (./tuned_db is then read where it exists, and said nothing of where not)."""
+    if db is not None:
+        return f"db={db}", db_dir(db)
+    env = os.environ.get("AUTOTUNE_DB")
+    return (f"AUTOTUNE_DB={env}", db_dir(env)) if env else None
+
+
+def folder_problem(folder: Path) -> str | None:
+    """Why ``folder`` is no database folder ('no such folder', 'a file, not a folder'); None where it is one."""
+    try:
+        if folder.is_dir():
+            return None
+        if folder.exists():
+            return "a file, not a folder: a database folder holds one <gpu-model>.yaml file per GPU model"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    return "no such folder"
 
 
 def _same(a: Path, b: Path) -> bool:

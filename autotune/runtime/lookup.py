@@ -28,7 +28,17 @@ from ..core import backend
 from ..core.device import current_device, device_slug
 from ..core.problem import Problem, shape_text
 from .build import build_kernel
-from .db import DatabaseError, DbFile, Entry, database_folders, db_path, load_file, load_folder
+from .db import (
+    DatabaseError,
+    DbFile,
+    Entry,
+    database_folders,
+    db_path,
+    folder_problem,
+    load_file,
+    load_folder,
+    named_folder,
+)
 
 
 class TunedKernelWarning(UserWarning):
@@ -55,6 +65,7 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
     key = (problem.key, device, tuple(map(str, folders)))
     with _lock:
         if key not in _cache:
+            _announce_named_folder(db)
             params, note = choose(problem, folders, device)
             if note:
                 warnings.warn(note, TunedKernelWarning, stacklevel=2)
@@ -104,10 +115,28 @@ def choose(problem: Problem, folders: Path | list[Path], device: str | None = No
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
             return entry.params, (f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
                                   f"({db_file.device.get('name')}, same compute capability)")
-    where = ", ".join(map(str, folders)) or "no database folder"
+    where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return problem.impl.default_params(problem), (
         f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
         f"`autotune tune --family {problem.family}` to tune it)")
+
+
+def _folder_text(folder: Path) -> str:
+    problem = folder_problem(folder)
+    return str(folder) if problem is None else f"{folder} (not a database folder: {problem.split(':')[0]})"
+
+
+def _announce_named_folder(db: str | Path | None) -> None:
+    """Warn where the folder named by ``db=`` or ``$AUTOTUNE_DB`` is no database folder: a lookup there finds
+    nothing, and without this only the fallback's note ("no tuned entry ... in PATH") would hint at why."""
+    named = named_folder(db)
+    if named is None:
+        return
+    how, folder = named
+    problem = folder_problem(folder)
+    if problem is not None:
+        warnings.warn(f"{how} is not a database folder ({problem}); lookups read only the database shipped with "
+                      f"the package (none in the CUDA simulator)", TunedKernelWarning, stacklevel=4)
 
 
 def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False) -> tuple[Entry, DbFile] | None:

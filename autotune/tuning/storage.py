@@ -3,7 +3,10 @@
 A journal is checked before a study opens it. A crash in the middle of a write leaves an incomplete last record
 (no line end); Optuna would skip it when reading but append the next record right after it, burying the damage
 in the middle of the file. So an incomplete last record is removed, under Optuna's own lock, and the run says so;
-every complete record is kept. Any other damage stops the run with the file, the line and what to do.
+every complete record is kept. Any other damage stops the run with the file, the line and what to do: a line
+that is no JSON operation, and a JSON operation Optuna cannot apply (an unknown ``op_code``, a field missing),
+which Optuna reports with no file or line (``AssertionError: Should not reach.``) and is found here by replaying
+the records one by one. A journal path that is not a regular file (a FIFO would block the reader) is refused.
 
 A database URL (``--storage postgresql://user:password@host/db``) is opened with one-line errors for what goes
 wrong most: a missing driver (``pip install "autotune[postgres]"``), a server that does not answer, credentials
@@ -16,9 +19,10 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import optuna
+from optuna.storages.journal import BaseJournalBackend
 
 
 class StorageError(ValueError):
@@ -33,6 +37,9 @@ def open_journal(path: Path, report: Callable[[str], None]):
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = JournalFileSymlinkLock(str(path))  # the lock Optuna's journal takes by default
     if path.exists():
+        if not path.is_file():
+            raise StorageError(f"{path}: not a regular file; a study journal is a file (give --state-dir another "
+                               f"folder, or move this aside)")
         lock.acquire()
         try:
             note = repair_journal(path)
@@ -40,7 +47,53 @@ def open_journal(path: Path, report: Callable[[str], None]):
             lock.release()
         if note:
             report(note)
-    return JournalStorage(JournalFileBackend(str(path)))
+    try:
+        return JournalStorage(JournalFileBackend(str(path)))
+    except Exception as exc:  # Optuna replays every record here; one it cannot apply stops it
+        raise StorageError(replay_failure(path, exc)) from None
+
+
+class _Records(BaseJournalBackend):
+    """A read-only journal backend over records in memory that remembers how many it handed out: Optuna applies
+    them as it reads them, so after a failure ``handed`` is the number of the record it failed on."""
+
+    def __init__(self, records: list[dict]):
+        self.records = records
+        self.handed = 0
+
+    def read_logs(self, log_number_from: int) -> Iterator[dict]:
+        for number in range(log_number_from, len(self.records)):
+            self.handed = number + 1
+            yield self.records[number]
+
+    def append_logs(self, logs: list[dict]) -> None:
+        raise StorageError("a journal being checked is not written")
+
+
+def replay_failure(path: Path, exc: BaseException) -> str:
+    """What to say when Optuna cannot open the journal at ``path`` (``exc``): the line whose record it cannot
+    apply, found by replaying the records one by one, and what to do."""
+    from optuna.storages import JournalStorage
+
+    where = "Optuna cannot replay it"
+    try:
+        lines = path.read_bytes().splitlines()
+        numbered = [(i + 1, json.loads(line)) for i, line in enumerate(lines) if line.strip()]
+    except (OSError, ValueError):  # changed since it was checked: say what Optuna said
+        numbered = None
+    if numbered is not None:
+        replayed = _Records([record for _, record in numbered])
+        try:
+            JournalStorage(replayed)
+        except Exception as found:
+            exc = found
+            if replayed.handed:
+                line = numbered[replayed.handed - 1][0]
+                where = f"line {line} of {len(lines)} is a journal record Optuna cannot apply"
+    reason = " ".join(str(exc).split())[:200] or "no message"
+    return (f"{path}: {where} ({type(exc).__name__}: {reason}). The study history is damaged there: remove that "
+            f"line if it is the only damage (the records after it may then fail in turn), or move the file aside "
+            f"to start the studies of this GPU model afresh")
 
 
 def repair_journal(path: Path) -> str | None:

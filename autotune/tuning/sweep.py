@@ -26,7 +26,7 @@ from ..core.device import DeviceInfo
 from ..core.problem import Problem
 from ..core.space import SearchSpace, config_key, load_space
 from ..core.timing import Timing
-from ..core.yamlfile import dump_yaml, read_yaml
+from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
 from .records import STAGES, Outcome
 
 FORMAT = 1
@@ -34,6 +34,7 @@ OK = "ok"
 COLUMNS = ("config", "stage", "median_ms", "p20_ms", "p80_ms", "reps", "compile_s", "measure_s", "reason")
 MAX_SWEEP_BYTES = 16 << 20
 MAX_SWEEP_NODES = 2_000_000
+MAX_REPS = 10**9
 
 
 class SweepError(ValueError):
@@ -173,7 +174,10 @@ def new_sweep(problem: Problem, device: DeviceInfo, space_path: str | None, comp
 def load_sweep(path: str | Path) -> Sweep:
     """A sweep file, read safely and checked: its problem, its space, and every row against that space."""
     path = Path(path)
-    doc = read_yaml(path, max_bytes=MAX_SWEEP_BYTES, max_nodes=MAX_SWEEP_NODES)
+    try:
+        doc = read_yaml(path, max_bytes=MAX_SWEEP_BYTES, max_nodes=MAX_SWEEP_NODES)
+    except YamlFileError as exc:
+        raise SweepError(str(exc)) from None
     where = str(path)
     if not isinstance(doc, dict) or doc.get("sweep") != FORMAT:
         raise SweepError(f"{where}: not a sweep file (format {FORMAT}: a mapping with 'sweep: {FORMAT}')")
@@ -241,12 +245,21 @@ def _space_path(where: str, sweep_path: Path, spec: Any) -> Path | None:
 
 
 def _device(where: str, spec: Any) -> DeviceInfo:
-    try:
-        major, minor = (int(v) for v in str(spec["cc"]).split("."))
-        return DeviceInfo(name=str(spec["name"]), cc=(major, minor), sm_count=int(spec["sm_count"]),
-                          l2_bytes=int(spec.get("l2_bytes", 0)))
-    except (TypeError, KeyError, ValueError):
-        raise SweepError(f"{where}: device must name name, cc (e.g. '9.0') and sm_count") from None
+    """The GPU the sweep was recorded on: ``name``, ``cc`` ('9.0'), ``sm_count`` and ``l2_bytes``, whole numbers in
+    range (a YAML ``.inf`` or ``2.5`` is refused, not rounded)."""
+    usage = f"{where}: device must give name, cc (e.g. '9.0'), sm_count and optionally l2_bytes"
+    if not isinstance(spec, dict) or not isinstance(spec.get("name"), str):
+        raise SweepError(usage)
+    cc = str(spec.get("cc"))
+    major, dot, minor = cc.partition(".")
+    if not (dot and major.isdigit() and minor.isdigit() and len(cc) <= 8):
+        raise SweepError(f"{usage}; cc is {spec.get('cc')!r}")
+    for key, low, high in (("sm_count", 1, 1 << 16), ("l2_bytes", 0, 1 << 40)):
+        value = spec.get(key, 0 if key == "l2_bytes" else None)
+        if type(value) is not int or not low <= value <= high:
+            raise SweepError(f"{usage}; {key} must be a whole number from {low} to {high}, got {value!r}"[:400])
+    return DeviceInfo(name=spec["name"], cc=(int(major), int(minor)), sm_count=spec["sm_count"],
+                      l2_bytes=spec.get("l2_bytes", 0))
 
 
 def _row(where: str, item: Any, names: list[str], space: SearchSpace, problem: Problem) -> SweepRow:
@@ -272,16 +285,28 @@ def _row(where: str, item: Any, names: list[str], space: SearchSpace, problem: P
         if not p20 <= median <= p80:
             raise SweepError(f"{where}: needs p20_ms <= median_ms <= p80_ms")
         reps = values["reps"]
-        if not isinstance(reps, int) or isinstance(reps, bool) or reps < 1:
-            raise SweepError(f"{where}: reps must be a whole number of at least 1")
+        if not isinstance(reps, int) or isinstance(reps, bool) or not 1 <= reps <= MAX_REPS:
+            raise SweepError(f"{where}: reps must be a whole number from 1 to {MAX_REPS}")
         timing = Timing(median, p20, p80, reps)
     return SweepRow(config, stage, timing, compile_s, measure_s, str(values.get("reason") or "")[:200])
 
 
 def _seconds(where: str, values: Mapping[str, Any], key: str, positive: bool = False) -> float:
     value = values.get(key)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0 \
-            or (positive and value == 0):
+    number = _finite(value)
+    if number is None or number < 0 or (positive and number == 0):
+        shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
         raise SweepError(f"{where}: {key} must be a finite number {'above' if positive else 'of at least'} 0, "
-                         f"got {value!r}")
-    return float(value)
+                         f"got {shown}")
+    return number
+
+
+def _finite(value: Any) -> float | None:
+    """``value`` as a finite float; None for anything else (text, a bool, infinity, NaN, an int no float holds)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:
+        return None
+    return number if math.isfinite(number) else None

@@ -307,8 +307,9 @@ class Tuner:
 
     def _measure_seed(self, worker: Worker, item: Compiling) -> dict[str, Any] | None:
         """The seed kernel's timing, its compile and measurement judged as a variant's (``_evaluate``); None (said)
-        where it fails, None where the run stopped while it compiled. Never raises: the GPU thread must go on to
-        the variants, or the feed would wait on a full queue."""
+        where it fails, None (unsaid) where the run stopped while it compiled or ran: an interruption ends the
+        worker mid-job, which is no failure of the seed. Never raises: the GPU thread must go on to the variants,
+        or the feed would wait on a full queue."""
         if self._stopping.is_set():
             return None
         params = item.payload.params
@@ -316,7 +317,7 @@ class Tuner:
             outcome = self._evaluate(worker, item.payload.job, item)
         except Exception as exc:
             outcome = Outcome(ok=False, stage="run", reason=f"{type(exc).__name__}: {exc}")
-        if outcome is None:
+        if outcome is None or self._stopping.is_set():
             return None
         if not outcome.ok:
             self.report(f"baseline {params} failed: {outcome.reason or outcome.stage + ' failed'}")

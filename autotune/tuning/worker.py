@@ -176,6 +176,9 @@ def _serve(conn, parent_pid: int, device: int | None, simulator: bool) -> None:
         conn.send(measure_variant(job))
 
 
+STOPPED = "the worker was stopped (the run is ending)"
+
+
 class Worker:
     """Runs ``measure_variant`` jobs in a child process on one GPU, with a timeout per job."""
 
@@ -207,18 +210,20 @@ class Worker:
         """The job's measurement, or a failed one if the worker timed out or died on it, or was stopped."""
         with self._starting:
             if self._stopped:
-                return Measurement(ok=False, stage="run", reason="the worker was stopped (the run is ending)")
+                return Measurement(ok=False, stage="run", reason=STOPPED)
             if self._process is None or not self._process.is_alive():
                 self._start()
             process, conn = self._process, self._conn
-        conn.send(job)
-        if not conn.poll(self.timeout_s):
-            self._kill()
-            return Measurement(ok=False, stage="timeout",
-                               reason=f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted")
         try:
+            conn.send(job)
+            if not conn.poll(self.timeout_s):
+                self._kill()
+                return Measurement(ok=False, stage="timeout",
+                                   reason=f"timed out after {self.timeout_s:.0f} s (hang?); worker restarted")
             return conn.recv()
         except (EOFError, ConnectionError, OSError):
+            if self._stopped:  # ended by stop(): the run is being interrupted, the job did not crash it
+                return Measurement(ok=False, stage="run", reason=STOPPED)
             process.join(5)
             code = process.exitcode
             self._kill()

@@ -15,7 +15,9 @@ from ...runtime.calls import (
     result_array,
     returned,
     same_dtype,
+    staged,
     tuned_kernel,
+    unstaged,
     zero_fill,
 )
 from ...runtime.launch import Plan
@@ -59,18 +61,21 @@ def matmul_call(A, B, out, stream, host: bool, precision: str = "ieee", requeste
                          f"broadcast") from None
     shape = batch + ((M,) if dA.ndim > 1 else ()) + ((N,) if dB.ndim > 1 else ())
     result = result_array(out, shape, out_dtype, "C", launch_stream)
-    c3 = result.reshape(batch + (M, N))
     replay.follow()
     if math.prod(batch) and M and N and not K:
-        zero_fill(c3, launch_stream)
+        zero_fill(result, launch_stream)
     elif math.prod(batch) and M and N:
+        # A stack is several launches: an output that overlaps any matrix of an input is judged over the whole
+        # call (a launch must not overwrite what a later one reads), and the products go to a staging array.
+        target = staged(result, (dA, dB), launch_stream)
+        c3 = target.reshape(batch + (M, N))
         plans = []
         for index in np.ndindex(*batch):
             a, b = stacked(a2, index, batch), stacked(b2, index, batch)
             kernel = tuned_kernel("matmul", (M, N, K), dtype, layout=layout_of(a, "A") + layout_of(b, "B"),
-                             precision=precision, out_dtype=args["out_dtype"])
+                                  precision=precision, out_dtype=args["out_dtype"])
             plans.append(kernel.bind(a, b, out=c3[index] if index else c3, stream=launch_stream))
-        replay.run(Plan.joined(plans, result), result)
+        replay.run(Plan.joined([*plans, unstaged(result, target, launch_stream)], result), result)
     return returned(result, host, out, scalar=shape == ())
 
 

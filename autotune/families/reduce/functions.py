@@ -12,12 +12,13 @@ from typing import Any
 from ...runtime import arrays
 from ...runtime.calls import (
     Replay,
+    axis_arg,
     c_base,
     collapse,
     copy_into,
     device_input,
-    hashable,
     input_dtype,
+    keepdims_arg,
     normalize_axis,
     order_of,
     result_array,
@@ -61,7 +62,8 @@ def nanmin(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
 
 def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: bool | None = None):
     launch_stream = as_stream(stream)
-    replay = Replay(("reduce", op, hashable(axis), keepdims, dtype), (x, y), out, launch_stream)
+    axis, keepdims = axis_arg(axis), keepdims_arg(keepdims)  # checked first: a replay's key holds them
+    replay = Replay(("reduce", op, axis, keepdims, dtype), (x, y), out, launch_stream)
     if (replayed := replay.result()) is not None:
         return replayed
     if host is None:
