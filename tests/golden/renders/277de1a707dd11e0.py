@@ -2,19 +2,11 @@
 # matmul nn float16 {'strategy': 'tiled', 'BM': 128, 'BN': 256, 'BK': 64, 'MMA': 16, 'WGMMA': 1, 'TMA': 1, 'ASYNC_STAGES': 4, 'GROUP_M': 8}
 from numba import cuda, float32, int64, uint32, uint64
 from numba.types import float16
-
 from autotune.kernels.intrinsics import tile_of, vload8, vstore8
-from autotune.kernels.tma import fence_barrier_init, mbar_arrive, mbar_expect_tx, mbar_init, mbar_try_wait, tma_load_2d
-from autotune.kernels.wgmma import (
-    descriptor,
-    smem_address,
-    stash_pairs,
-    wgmma_commit,
-    wgmma_f16,
-    wgmma_fence,
-    wgmma_wait,
-)
-
+from autotune.kernels.wgmma import (descriptor, smem_address, stash_pairs, wgmma_commit, wgmma_f16, wgmma_fence,
+                                    wgmma_wait)
+from autotune.kernels.tma import (fence_barrier_init, mbar_arrive, mbar_expect_tx, mbar_init, mbar_try_wait,
+                                  tma_load_2d)
 
 @cuda.jit(cache=True, launch_bounds=(384, 1))
 def matmul(A, B, C, maps, M, N, K, lda, ldb, ldc, vec_c):

@@ -2,27 +2,10 @@
 # matmul nn float16 {'strategy': 'tiled', 'BM': 128, 'BN': 256, 'BK': 64, 'MMA': 16, 'WGMMA': 1, 'TMA': 0, 'ASYNC_STAGES': 4, 'GROUP_M': 8}
 from numba import cuda, float32, int64, uint32
 from numba.types import float16
-
-from autotune.kernels.intrinsics import (
-    cp_async16,
-    cp_async_commit,
-    cp_async_wait0,
-    cp_async_wait1,
-    tile_of,
-    vload8,
-    vstore8,
-)
-from autotune.kernels.wgmma import (
-    descriptor,
-    fence_proxy_async,
-    smem_address,
-    stash_pairs,
-    wgmma_commit,
-    wgmma_f16,
-    wgmma_fence,
-    wgmma_wait,
-)
-
+from autotune.kernels.intrinsics import (cp_async16, cp_async_commit, cp_async_wait0, cp_async_wait1, tile_of,
+                                         vload8, vstore8)
+from autotune.kernels.wgmma import (descriptor, fence_proxy_async, smem_address, stash_pairs, wgmma_commit,
+                                    wgmma_f16, wgmma_fence, wgmma_wait)
 
 @cuda.jit(device=True, inline="always")
 def copy_tiles(smem, A, B, M, N, K, lda, ldb, vec_a, vec_b, inside, t, pad, row0, col0, tid):

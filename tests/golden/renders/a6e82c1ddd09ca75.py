@@ -2,18 +2,8 @@
 # matmul nn float16 {'strategy': 'tiled', 'BM': 64, 'BN': 128, 'BK': 32, 'MMA': 16, 'WGMMA': 0, 'TM': 4, 'TN': 8, 'VEC': 8, 'A_SMEM': 'mmajor', 'ASYNC_STAGES': 3, 'EDGE': 'interior', 'UNROLL_K': 16, 'GROUP_M': 8, 'SPLIT_K': 2, 'SPLIT_ADD': 'last_block', 'INDEX_BITS': 32, 'MIN_BLOCKS': 2}
 from numba import cuda, float32, uint32
 from numba.types import float16
-
-from autotune.kernels.intrinsics import (
-    cp_async16,
-    cp_async_commit,
-    cp_async_wait1,
-    f16_tile,
-    ldmatrix,
-    tile_of,
-    vload4,
-    vstore2,
-    vstore4,
-)
+from autotune.kernels.intrinsics import (cp_async16, cp_async_commit, cp_async_wait1, f16_tile, ldmatrix, tile_of,
+                                         vload4, vstore2, vstore4)
 
 ZERO = float32(0)
 

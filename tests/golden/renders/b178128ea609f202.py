@@ -3,7 +3,6 @@
 import math
 
 from numba import cuda, float32, int32
-
 from autotune.kernels.intrinsics import minimum, vload4
 
 IDENTITY = float32(math.inf)
