@@ -517,7 +517,7 @@ def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
     problem = Problem("matmul", (256, 256, 256), "float16", {})
     for cc, pruned in (((9, 0), False), ((8, 0), True), ((10, 0), True)):
         device = DeviceInfo(name=f"GPU {cc}", cc=cc, sm_count=132, l2_bytes=50 << 20)
-        reason = Tuner(problem, config, device, report=lambda line: None)._prune_reason(wgmma)
+        reason = Tuner(problem, config, device, report=lambda line: None).policy.prune_reason(wgmma)
         assert (reason is not None) == pruned and (not pruned or "Hopper" in reason), (cc, reason)
 
 
