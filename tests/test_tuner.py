@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from autotune.core.device import current_device
@@ -459,27 +460,71 @@ def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path)
         late.join()
 
 
-def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
-    """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
+def two_tuners_share_one_study(tmp_path, storage_args: list[str], storage) -> None:
+    """Two tuners started together on one study: every trial ends, no configuration is measured twice, both
+    measured. Both walk the same grid, so without the check for configurations another process took, they
+    measure the same ones. ``storage``: the storage to read afterwards (a URL, or a function making it once the
+    run has made its file)."""
     from autotune.core.space import config_key
 
-    name = "reduce/float32/sum/all/37@cuda-simulator"
-    if name in [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]:
-        optuna.delete_study(study_name=name, storage=postgres_url)  # left by an earlier run on this server
-    args = ["reduce", "--simulator", "--shape", "37", "--trials", "8", "--sampler", "random",
-            "--compile-workers", "1", "--storage", postgres_url, "--no-db"]
-    procs = [run_cli(args + ["--seed", str(seed)], tmp_path) for seed in (1, 2)]
+    base = "reduce/float32/sum/all/37@cuda-simulator"
+    for old in optuna.get_all_study_names(storage) if isinstance(storage, str) else []:
+        if old.startswith(base):
+            optuna.delete_study(study_name=old, storage=storage)  # left by an earlier run on this server
+    args = ["reduce", "--simulator", "--shape", "37", "--trials", "6", "--sampler", "grid",
+            "--compile-workers", "1", "--no-db", *storage_args]
+    procs = [run_cli(args, tmp_path) for _ in range(2)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    trials = optuna.load_study(study_name=name, storage=postgres_url).trials
+    storage = storage if isinstance(storage, str) else storage()
+    names = [n for n in optuna.get_all_study_names(storage) if n == base or n.startswith(base + "#")]
+    assert len(names) == 1, names
+    trials = optuna.load_study(study_name=names[0], storage=storage).trials
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     measured = [t for t in trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    # Each process stops asking at 8 but finishes what it has in flight: one trial on its GPU worker and at most
+    # Each process stops asking at 6 but finishes what it has in flight: one trial on its GPU worker and at most
     # compile_workers + 1 queued behind it.
-    assert 8 <= len(measured) <= 8 + 2 * 3
+    assert 6 <= len(measured) <= 6 + 2 * 3
     keys = [config_key(t.user_attrs["config"]) for t in measured]
-    assert len(set(keys)) == len(keys)  # no configuration was measured twice
+    assert len(set(keys)) == len(keys), sorted(keys)  # no configuration was measured twice
     assert len({t.user_attrs["owner"] for t in measured}) == 2  # both processes measured
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_two_tuners_on_the_default_journal_or_sqlite_measure_each_configuration_once(tmp_path, storage):
+    """The check for configurations measured by another process holds for every storage, not only --storage
+    URLs: two tuners on one journal (the default) measured 22 trials of 17 configurations."""
+    if storage == "journal":
+        two_tuners_share_one_study(tmp_path, ["--state-dir", str(tmp_path / "state")],
+                                   lambda: journal(tmp_path / "state"))
+    else:
+        url = f"sqlite:///{tmp_path}/studies.db"
+        two_tuners_share_one_study(tmp_path, ["--storage", url], url)
+
+
+def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
+    """Two tuners on one study in a real PostgreSQL."""
+    two_tuners_share_one_study(tmp_path, ["--storage", postgres_url], postgres_url)
+
+
+def test_a_trial_left_undescribed_by_a_killed_process_is_not_waited_for(tmp_path, monkeypatch):
+    """A trial asked for but never described (its process killed between the two writes) stays RUNNING without a
+    configuration; once older than UNDECIDED_WAIT_S, no ask waits for it again (before, every ask of every later
+    run waited UNDECIDED_WAIT_S)."""
+    import autotune.tuning.policy as policy_module
+
+    monkeypatch.setattr(policy_module, "UNDECIDED_WAIT_S", 1.5)
+    config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path, compile_workers=1, baseline=False)
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    abandoned = tuner.study.ask()
+    chosen = {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "atomic", "WAVES": 1}
+    start = time.monotonic()
+    assert tuner.policy._seen_elsewhere(chosen, abandoned.number + 1) is None
+    assert time.monotonic() - start >= 1.0  # a fresh one is waited for
+    time.sleep(0.6)
+    start = time.monotonic()
+    assert tuner.policy._seen_elsewhere(chosen, abandoned.number + 1) is None
+    assert time.monotonic() - start < 0.5  # an old one is not
 
 
 def test_a_seed_compile_past_its_timeout_is_said_and_a_cancelled_one_is_not_measured(tmp_path):
@@ -537,3 +582,4 @@ def test_past_its_time_limit_a_run_queues_the_compiles_still_running_for_the_nex
     trials = optuna.load_study(study_name=result.study_name, storage=journal(tmp_path)).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]  # no stage: not counted as failed
     assert "stage" not in trials[0].user_attrs and trials[1].system_attrs["fixed_params"] == trials[0].params
+

@@ -16,6 +16,7 @@ as ordered) and the names themselves for the others; the user attribute ``config
 """
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import random
 import threading
@@ -147,7 +148,7 @@ class SearchPolicy:
                     rejected += 1
                     continue
                 earlier = self._seen.get(config_key(config))
-                if earlier is None and self.config.storage:
+                if earlier is None:  # another tuner on the same study (any storage) may have taken it
                     earlier = self._seen_elsewhere(config, trial.number)
                 if earlier is not None:
                     self._repeat(trial, earlier)
@@ -178,10 +179,13 @@ class SearchPolicy:
         return False
 
     def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
-        """A trial of another process sharing the storage that took the same configuration first.
+        """A trial of another process sharing the study (a journal file, SQLite, PostgreSQL) that took the same
+        configuration first.
 
         Another process may have asked for an earlier trial and not yet written its configuration; the
         answer waits for those (each is written right after its ask), else both processes would measure it.
+        A trial asked more than UNDECIDED_WAIT_S ago that still has no configuration was left by a process
+        killed between the two writes: it is not waited for.
         """
         key = config_key(config)
         deadline = time.monotonic() + UNDECIDED_WAIT_S
@@ -191,8 +195,7 @@ class SearchPolicy:
                 if key == config_key(t.user_attrs.get("config", {})) and \
                         (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
                     return t.number
-            undecided = any(t.state == TrialState.RUNNING and "config" not in t.user_attrs for t in earlier)
-            if not undecided or time.monotonic() > deadline:
+            if not any(_undecided(t) for t in earlier) or time.monotonic() > deadline:
                 return None
             time.sleep(0.05)
 
@@ -321,6 +324,14 @@ class SearchPolicy:
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+
+def _undecided(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial another process asked for and has not yet described (its configuration comes right after)."""
+    if t.state != TrialState.RUNNING or "config" in t.user_attrs:
+        return False
+    started = t.datetime_start
+    return started is None or (datetime.datetime.now() - started).total_seconds() < UNDECIDED_WAIT_S
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:
