@@ -462,6 +462,7 @@ def tune_problems(args, kind: str, pools) -> int:
     from ..tuning import report
     from ..tuning.settings import TuneConfig
     from ..tuning.tuner import Tuner
+    from .destinations import check_destinations
 
     impl = family_named(kind)
     sim = args.simulator
@@ -473,6 +474,10 @@ def tune_problems(args, kind: str, pools) -> int:
     device = current_device()
     suite = impl.dry_run_shapes if sim and not args.shape else impl.suite
     problems = problems_of(args, kind, suite)
+    target = db_path(db_dir(args.db), device.name)
+    write = (args.write_db or not sim) and not args.no_db and not args.record_sweep
+    check_destinations(database=target if write else None,
+                       sweep=Path(args.record_sweep) if args.record_sweep else None)
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
                         seed=args.seed, storage=args.storage, state_dir=Path(args.state_dir), devices=devices,
                         space_path=args.space, job_timeout_s=args.job_timeout,
@@ -484,9 +489,7 @@ def tune_problems(args, kind: str, pools) -> int:
     if args.record_sweep:
         return record_sweep(args, problems, config, device, pools)
     results = []
-    target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
-    write = (args.write_db or not sim) and not args.no_db
     limit = run_time_limit(args)
     deadline = time.monotonic() + limit if limit else None
     for left, problem in zip(range(len(problems), 0, -1), problems):

@@ -376,9 +376,28 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def write_destination(path: Path) -> Path:
+    """The file a write to ``path`` replaces: ``path``, or the file it leads to if it is a symbolic link (a
+    rename over the link would replace the link with a regular file and leave its target as it was).
+    DatabaseError where the link leads nowhere a file can be written: a loop, or a folder that does not exist."""
+    if not path.is_symlink():
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:
+        target = Path(os.path.realpath(path))
+        if target.parent.is_dir():
+            return target
+        raise DatabaseError(f"{path}: a symbolic link to {target}, whose folder does not exist; not written") from None
+    except (OSError, RuntimeError) as exc:
+        raise DatabaseError(f"{path}: a symbolic link that cannot be followed ({exc}); not written") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write a temporary file beside ``path``, flush it to disk, rename it over ``path``. The file keeps the mode
-    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600."""
+    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600. A
+    symbolic link is written through: its target is replaced, the link stays (``write_destination``)."""
+    path = write_destination(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -439,9 +458,35 @@ def _replace_note(entry: Entry, old: Entry | None, reason: str) -> str:
     return f"replaced {new} (recorded {old.median_ms:.4g} ms; {reason})"
 
 
+def check_writable(path: Path) -> None:
+    """Before any work whose results go to the database file ``path``: DatabaseError, naming the file, where the
+    write at the end would fail: the folder is a file, or cannot be written; the file is no regular file, cannot
+    be read, or holds bad entries (a file with bad entries is not rewritten until they are fixed)."""
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise DatabaseError(f"{folder}: not a folder; a database is a folder holding one YAML file per GPU model")
+    destination = write_destination(path)
+    if destination.exists() or destination.is_symlink():
+        if not destination.is_file():
+            raise DatabaseError(f"{destination}: not a regular file; the database file of this GPU model must be one")
+        current = load_file(destination)
+        if current.problems:
+            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries first: a file with bad "
+                                "entries is not rewritten")
+    existing = destination.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise DatabaseError(f"{existing}: not a folder; the database folder {folder} cannot be made there")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DatabaseError(f"{existing}: not writable; the database file {destination} could not be written")
+
+
 def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], *, force: bool = False,
                   reason: str = "--force") -> list[str]:
-    """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were."""
+    """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were. A
+    symbolic link is written through (its target's folder is locked and its target replaced)."""
+    path = write_destination(path)
     with locked(path):
         current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
         if current.problems:
