@@ -221,3 +221,21 @@ def test_what_a_write_accepts_passes_the_check(tmp_path):
     link.symlink_to(path)
     db.check_writable(link)
 
+
+def test_an_entry_whose_kernel_renders_differently_now_is_stale(tmp_path):
+    """``source_hash`` records the GPU source an entry measured; a different render today makes it stale (the
+    note names both hashes), the same render or no recorded hash does not."""
+    from autotune.runtime.render import source_hash
+
+    plain = reduce_entry(1 << 20)
+    assert db.stale_note(plain) is None  # written before entries recorded it: not judged
+    current = source_hash(db.current_source(plain))
+    stamped = db.parse_entry({**plain.record, "source_hash": current})
+    assert db.stale_note(stamped) is None
+    other = db.parse_entry({**plain.record, "source_hash": "0123456789abcdef"})
+    note = db.stale_note(other)
+    assert note and "0123456789abcdef" in note and current in note and "re-tune" in note
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [stamped, db.parse_entry({**other.record, "op": "max"})])
+    stale = db.stale_entries(db.load_file(path))
+    assert len(stale) == 1 and stale[0].startswith(f"{path}: entry reduce/float32/max/all/1048576: the kernel")

@@ -583,3 +583,100 @@ def test_past_its_time_limit_a_run_queues_the_compiles_still_running_for_the_nex
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]  # no stage: not counted as failed
     assert "stage" not in trials[0].user_attrs and trials[1].system_attrs["fixed_params"] == trials[0].params
 
+
+#: A reduce template of the simplest kind (one thread adds every element), whose last statement a test replaces.
+SUM_TEMPLATE = """{%- import "_common.j2" as c with context -%}
+{{ c.header("templates/reduce.py.j2") }}
+
+
+@cuda.jit
+def reduce_all({{ ARGS | join(", ") }}):
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        s = {{ dtype }}(0)
+        for i in range(n):
+            s += X[i]
+LAST
+
+
+{{ c.fill_kernel() }}
+"""
+
+
+def template_tuning(tmp_path, monkeypatch, last: str) -> list[str]:
+    """Write the test's reduce template ending in ``last`` where templates of your own are read from
+    ($AUTOTUNE_TEMPLATES), and return the arguments that tune a sum of 33 with it in the simulator, one variant,
+    writing tmp_path/db."""
+    folder = tmp_path / "templates"
+    folder.mkdir(exist_ok=True)
+    (folder / "reduce.py.j2").write_text(SUM_TEMPLATE.replace("LAST", last))
+    monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(folder))
+    space = tmp_path / "space.yaml"
+    space.write_text((HERE / "faulty_space.yaml").read_text().replace("[32, 64, 128, 256, 512]", "[32]"))
+    return ["reduce", "--simulator", "--shape", "33", "--trials", "1", "--sampler", "grid", "--compile-workers", "1",
+            "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"), "--write-db", "--space", str(space)]
+
+
+def test_a_changed_kernel_starts_a_fresh_study_and_nothing_wrong_reaches_the_database(tmp_path, monkeypatch, capsys):
+    """Tune, then edit the template so that it computes a wrong result, then tune again with --write-db: the old
+    study's trials measured another kernel, so a fresh study is started (said, naming the old one), its variant
+    fails its check and nothing is written; the entry written first is announced as stale by a lookup and by
+    `autotune db check`. Before, the second run reused the old trials, reported success and rewrote the entry."""
+    import warnings
+
+    from autotune.commands.cli import main
+    from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel
+
+    args = template_tuning(tmp_path, monkeypatch, "        out[0] = s")
+    assert main(args) == 0, capsys.readouterr().err
+    written = (tmp_path / "db" / "cuda-simulator.yaml").read_bytes()
+    assert b"source_hash: " in written
+    capsys.readouterr()
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s + 1")
+    code, err = main(args), capsys.readouterr().err
+    assert code == 1, err
+    assert "the kernel changed since the study 'reduce/float32/sum/all/33@cuda-simulator#" in err, err
+    assert "(templates)" in err and "starting a fresh study" in err and "wrong result" in err, err
+    assert (tmp_path / "db" / "cuda-simulator.yaml").read_bytes() == written
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_best_kernel("reduce", (33,), db=tmp_path / "db")
+    stale = [str(w.message) for w in caught if issubclass(w.category, TunedKernelWarning)]
+    assert len(stale) == 1 and "reduce/float32/sum/all/33: the kernel its parameters render to changed" in stale[0]
+    assert main(["db", "check", "--db", str(tmp_path / "db")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "entry reduce/float32/sum/all/33: the kernel its parameters render to changed" in out
+
+
+def test_a_winner_measured_by_an_earlier_run_is_checked_again_with_the_current_code(tmp_path, monkeypatch):
+    """What the provenance of a study cannot see (here: made invisible) is caught before anything is written: a
+    winner measured by an earlier run is verified again with the code as it is now; failing, it is set aside for
+    good and no winner is reported."""
+    import autotune.tuning.tuner as tuner_module
+
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s")
+    config = TuneConfig(trials=1, sampler="grid", state_dir=tmp_path, space_path=str(tmp_path / "space.yaml"),
+                        compile_workers=1, baseline=False)
+    problem = Problem("reduce", (33,), "float32", {"op": "sum"})
+    first = Tuner(problem, config, current_device(), report=lambda line: None).run()
+    assert first.best and first.best["BLOCK"] == 32
+    unchanged = tuner_module.provenance(problem, config.space_path)
+    monkeypatch.setattr(tuner_module, "provenance", lambda *args: unchanged)
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s + 1")
+    lines = []
+    second = Tuner(problem, config, current_device(), report=lines.append).run()
+    assert second.best is None and second.study_name == first.study_name
+    assert any(line.startswith("set aside #0 ") and "wrong result" in line for line in lines), lines
+    assert Tuner(problem, config, current_device(), report=lambda line: None).policy.best_trial() is None
+
+
+def test_a_simulator_run_writes_only_what_compiles_for_a_real_gpu(tmp_path, monkeypatch, capsys):
+    """The simulator runs Python: a list in a kernel passes there, and the real compiler refuses it (it needs
+    Numba's runtime). A simulator run with --write-db compiles its winner for sm_90 first and writes nothing that
+    does not compile, saying so."""
+    from autotune.commands.cli import main
+
+    args = template_tuning(tmp_path, monkeypatch, "        pair = [s, s]\n        out[0] = pair[0]")
+    code, err = main(args), capsys.readouterr().err
+    assert code == 1, err
+    assert "#0 " in err and "does not compile for sm_90a" in err, err
+    assert not (tmp_path / "db" / "cuda-simulator.yaml").exists()

@@ -35,7 +35,7 @@ from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
 
 SCHEMA = 1
 STANDARD_FIELDS = ("family", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
-                   "template_hash", "trials", "date", "resources")
+                   "template_hash", "source_hash", "trials", "date", "resources")
 REQUIRED = ("family", "dtype", "shape", "params", "time")
 #: an entry's fields as the first releases named them: read, and written under today's name
 OLD_FIELDS = {"kernel": "family"}
@@ -224,7 +224,7 @@ def _check_fields(raw: Mapping[str, Any]) -> None:
     _timing("time", raw["time"], required=True)
     if "rate" in raw and not _number(raw["rate"]):
         raise DatabaseError(f"field 'rate' must be a non-negative finite number, got {_short(raw['rate'])}")
-    for name in ("unit", "template_hash"):
+    for name in ("unit", "template_hash", "source_hash"):
         if name in raw and not isinstance(raw[name], str):
             raise DatabaseError(f"field {name!r} must be text, got {_short(raw[name])}")
     if "trials" in raw and not _count(raw["trials"]):
@@ -290,6 +290,61 @@ def _short(value: Any) -> str:
 def _short_text(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) <= 400 else text[:397] + "..."
+
+
+# -- what an entry measured ----------------------------------------------------------------------------
+def current_source(entry: Entry) -> str:
+    """The GPU source (not the simulator's) that the entry's configuration renders to with today's templates."""
+    from .build import render_source
+
+    _, _, source = render_source(entry.problem.family, entry.params, entry.problem.dtype, simulator=False,
+                                 **entry.problem.args)
+    return source
+
+
+def stale_note(entry: Entry, source: str | None = None) -> str | None:
+    """Why the entry no longer describes the kernel its configuration renders to (``source``: that render, where
+    the caller has it), or None. An entry records ``source_hash``, the hash of the GPU source it measured; a
+    different render today means the templates or the family changed since, so its time and the checks it passed
+    are of another kernel, possibly a wrong one. Entries without ``source_hash`` (written before autotune
+    recorded it) are not judged: their ``template_hash`` covers whole template files, which change without
+    changing a render."""
+    from .render import source_hash
+
+    recorded = entry.record.get("source_hash")
+    if not recorded:
+        return None
+    try:
+        now = source_hash(source if source is not None else current_source(entry))
+    except Exception as exc:  # a template that no longer renders this configuration
+        return f"its configuration no longer renders ({type(exc).__name__}: {_short_text(exc)})"
+    if now == recorded:
+        return None
+    return (f"the kernel its parameters render to changed since it was tuned (source_hash {recorded}, now {now}): "
+            f"its time and checks are of the old kernel; re-tune it (--force) or restore the templates")
+
+
+def stale_entries(db_file: DbFile) -> list[str]:
+    """A sentence, naming the file and the entry, for each entry of ``db_file`` that ``stale_note`` finds stale
+    (each distinct configuration rendered once)."""
+    notes, renders = [], {}
+    for entry in db_file.entries:
+        if not entry.record.get("source_hash"):
+            continue
+        key = (entry.problem.family, entry.problem.dtype, _frozen(entry.problem.args), _frozen(entry.params))
+        if key not in renders:
+            try:
+                renders[key] = current_source(entry)
+            except Exception:
+                renders[key] = None  # stale_note renders again and says why it fails
+        note = stale_note(entry, renders[key])
+        if note:
+            notes.append(f"{db_file.path}: entry {entry.problem.key}: {note}")
+    return notes
+
+
+def _frozen(mapping: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(((k, str(v)) for k, v in mapping.items())))
 
 
 # -- the folders a lookup reads -----------------------------------------------------------------------

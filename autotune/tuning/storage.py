@@ -15,8 +15,9 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import optuna
 
@@ -159,6 +160,29 @@ def open_study(storage, name: str, sampler, url: str | None = None) -> optuna.St
             time.sleep(0.5 + random.random() * (attempt + 1))
             storage = open_database(url)
     raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class EarlierStudy:
+    """A study of the same problem that measured with other code (another provenance): its name, its user
+    attributes (where it recorded its provenance) and how many trials it holds."""
+
+    name: str
+    user_attrs: dict[str, Any]
+    trials: int
+
+
+def earlier_study(storage, base: str, name: str) -> EarlierStudy | None:
+    """The most recent study in ``storage`` named ``base`` or ``base#<digest>`` other than ``name``: the study of
+    the same problem that a study tied to another provenance would have been (None if there is none)."""
+    found = [s for s in storage.get_all_studies()
+             if s.study_name != name and (s.study_name == base or s.study_name.startswith(base + "#"))]
+    if not found:
+        return None
+    ids = {s.study_name: storage.get_study_id_from_name(s.study_name) for s in found}
+    last = max(found, key=lambda s: ids[s.study_name])  # study ids grow: the last one made
+    trials = len(storage.get_all_trials(ids[last.study_name], deepcopy=False))
+    return EarlierStudy(name=last.study_name, user_attrs=dict(last.user_attrs), trials=trials)
 
 
 def journal_path(state_dir: str | os.PathLike, device_slug: str) -> Path:
