@@ -10,7 +10,6 @@ entry and rendering to its file.
 """
 from __future__ import annotations
 
-import hashlib
 import sys
 from pathlib import Path
 
@@ -35,7 +34,10 @@ def current_renders() -> dict[str, str]:
 
 
 def digest(source: str) -> str:
-    return hashlib.sha256(source.encode()).hexdigest()[:16]
+    """The name of a render's file: its ``source_hash`` (autotune/runtime/render.py), which database entries record."""
+    from autotune.runtime.render import source_hash
+
+    return source_hash(source)
 
 
 def write(renders: dict[str, str]) -> None:
@@ -53,11 +55,15 @@ def write(renders: dict[str, str]) -> None:
                                        + yaml.safe_dump(index, sort_keys=True, width=200))
 
 
-def stored() -> dict[str, str]:
+def load_index() -> dict[str, str]:
+    """{"<db file>: <problem key> <gpu|simulator>": the digest naming its render in renders/}."""
     import yaml
 
-    index = yaml.safe_load((GOLDEN / "index.yaml").read_text())
-    return {name: (GOLDEN / "renders" / f"{sha}.py").read_text() for name, sha in index.items()}
+    return yaml.safe_load((GOLDEN / "index.yaml").read_text())
+
+
+def stored() -> dict[str, str]:
+    return {name: (GOLDEN / "renders" / f"{sha}.py").read_text() for name, sha in load_index().items()}
 
 
 if __name__ == "__main__":

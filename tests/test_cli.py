@@ -294,3 +294,30 @@ def test_selftest_overlapping_check_takes_bfloat16(rng):
 
     kernel = build_kernel("matmul", {"strategy": "shared16"}, "bfloat16")
     assert _check_overlapping(kernel, Problem("matmul", (37, 29, 41), "bfloat16", {"layout": "nn"}), rng) is None
+
+
+@pytest.mark.parametrize("option, make, message", [
+    ("--db", lambda p: p.write_text(""), "--db: .*out: not a folder; a database is a folder"),
+    ("--db", lambda p: (p / "cuda-simulator.yaml").mkdir(parents=True), "cuda-simulator.yaml: not a regular file"),
+    ("--record-sweep", lambda p: p.mkdir(), "--record-sweep .*out: is a folder; name the sweep file"),
+])
+def test_where_results_go_is_checked_before_anything_is_measured(tmp_path, monkeypatch, capsys, option, make,
+                                                                 message):
+    """`--db` naming a file and `--record-sweep` naming a folder used to fail after the whole run; now the run
+    stops with one line before its first measurement."""
+    import re
+
+    import autotune.tuning.tuner as tuner_module
+    from autotune.commands.cli import main
+
+    class NoTuning(tuner_module.Tuner):
+        def __init__(self, *args, **kwargs):
+            raise AssertionError("a tuner was made before the destination was checked")
+
+    monkeypatch.setattr(tuner_module, "Tuner", NoTuning)
+    make(tmp_path / "out")
+    extra = ["--write-db"] if option == "--db" else []
+    code = main(["reduce", "--simulator", "--shape", "41", "--compile-workers", "1", "--state-dir",
+                 str(tmp_path / "state"), option, str(tmp_path / "out"), *extra])
+    err = capsys.readouterr().err
+    assert code == 2 and re.search(message, err) and "nothing was measured" in err, err

@@ -185,3 +185,85 @@ def test_files_of_earlier_releases_name_the_family_kernel_and_are_read_and_writt
 def _written(path, text):
     path.write_text(text)
     return path
+
+
+def test_a_write_through_a_symbolic_link_replaces_its_target_and_keeps_the_link(tmp_path):
+    """A database file that is a link (into a shared folder, say): the write merges into the target, the link stays
+    a link; a link into a folder that does not exist, or a loop, is refused with the file named."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    db.write_entries(shared / "gpu.yaml", DEVICE, [reduce_entry(1000)])
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    link = mine / "gpu.yaml"
+    link.symlink_to(shared / "gpu.yaml")
+    db.write_entries(link, DEVICE, [reduce_entry(2000)])
+    assert link.is_symlink() and os.readlink(link) == str(shared / "gpu.yaml")
+    assert sorted(e.problem.shape for e in db.load_file(shared / "gpu.yaml", strict=True).entries) == [(1000,), (2000,)]
+    assert [p.name for p in mine.iterdir()] == ["gpu.yaml"] and sorted(p.name for p in shared.iterdir()) == ["gpu.yaml"]
+    dangling = mine / "dangling.yaml"
+    dangling.symlink_to(tmp_path / "nowhere" / "gpu.yaml")
+    with pytest.raises(db.DatabaseError, match="dangling.yaml: a symbolic link to .*nowhere.*folder does not exist"):
+        db.write_entries(dangling, DEVICE, [reduce_entry(3000)])
+    loop = mine / "loop.yaml"
+    loop.symlink_to(loop)
+    with pytest.raises(db.DatabaseError, match="loop.yaml: a symbolic link that cannot be followed"):
+        db.write_entries(loop, DEVICE, [reduce_entry(3000)])
+    fresh = mine / "fresh.yaml"  # a link to a file not yet made, in a folder that exists: the file is made there
+    fresh.symlink_to(shared / "other.yaml")
+    db.write_entries(fresh, DEVICE, [reduce_entry(4000)])
+    assert fresh.is_symlink() and len(db.load_file(shared / "other.yaml", strict=True).entries) == 1
+
+
+@pytest.mark.parametrize("case, message", [
+    ("folder is a file", "not a folder; a database is a folder"),
+    ("file is a folder", "not a regular file"),
+    ("bad entry", "entry #1 .*fix or remove these entries first"),
+    ("under a file", "not a folder; the database folder .* cannot be made there"),
+])
+def test_where_a_write_would_fail_is_found_before_any_work(tmp_path, case, message):
+    """``check_writable``, which a tuning run calls before measuring, refuses what ``write_entries`` would refuse
+    at the end, naming the path."""
+    path = tmp_path / "db" / "gpu.yaml"
+    if case == "folder is a file":
+        (tmp_path / "db").write_text("")
+    elif case == "file is a folder":
+        path.mkdir(parents=True)
+    elif case == "bad entry":
+        path.parent.mkdir()
+        path.write_text("schema: 1\ndevice: {name: X}\nentries:\n- {family: reduce, dtype: float32}\n")
+    else:
+        (tmp_path / "file").write_text("")
+        path = tmp_path / "file" / "db" / "gpu.yaml"
+    with pytest.raises(db.DatabaseError, match=message):
+        db.check_writable(path)
+    with pytest.raises((db.DatabaseError, OSError)):
+        db.write_entries(path, DEVICE, [reduce_entry(5)])  # what the check foresaw
+
+
+def test_what_a_write_accepts_passes_the_check(tmp_path):
+    db.check_writable(tmp_path / "new" / "folders" / "gpu.yaml")
+    path = good_file(tmp_path)
+    db.check_writable(path)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    db.check_writable(link)
+
+
+def test_an_entry_whose_kernel_renders_differently_now_is_stale(tmp_path):
+    """``source_hash`` records the GPU source an entry measured; a different render today makes it stale (the
+    note names both hashes), the same render or no recorded hash does not."""
+    from autotune.runtime.render import source_hash
+
+    plain = reduce_entry(1 << 20)
+    assert db.stale_note(plain) is None  # written before entries recorded it: not judged
+    current = source_hash(db.current_source(plain))
+    stamped = db.parse_entry({**plain.record, "source_hash": current})
+    assert db.stale_note(stamped) is None
+    other = db.parse_entry({**plain.record, "source_hash": "0123456789abcdef"})
+    note = db.stale_note(other)
+    assert note and "0123456789abcdef" in note and current in note and "re-tune" in note
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [stamped, db.parse_entry({**other.record, "op": "max"})])
+    stale = db.stale_entries(db.load_file(path))
+    assert len(stale) == 1 and stale[0].startswith(f"{path}: entry reduce/float32/max/all/1048576: the kernel")

@@ -169,3 +169,27 @@ def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch,
         assert autotune.max(x) == x.max()
         kernel = calls.tuned_kernel("reduce", (1000,), "float32", op="max", axis=None)
         assert kernel.params["BLOCK"] == block
+
+
+def test_an_entry_whose_kernel_renders_differently_now_is_announced(tmp_path):
+    """An entry records the hash of the GPU source it measured (``source_hash``): used as it is while today's
+    render matches, announced (file and entry named) where it does not, and still used (the lookup does not guess
+    another configuration)."""
+    from autotune.runtime.render import source_hash
+
+    problem = Problem("reduce", (1000,), "float32", {"op": "max"})
+    params = load_space("reduce").validate({"BLOCK": 64, "WAVES": 1}, dtype="float32", args=problem.args)
+    current = db.parse_entry(db.entry_record(problem, params, time=TIME))
+    stamped = source_hash(db.current_source(current))
+    for folder, recorded, stale in ((tmp_path / "same", stamped, False), (tmp_path / "old", "0123456789abcdef", True)):
+        entry = db.parse_entry({**current.record, "source_hash": recorded})
+        db.write_entries(folder / f"{db.device_slug(SIM['name'])}.yaml", SIM, [entry])
+        k, notes = lookup("reduce", (1000,), op="max", db=folder)
+        assert k.params == params
+        if stale:
+            assert len(notes) == 1 and notes[0].startswith(f"{folder}/cuda-simulator.yaml: the entry for "
+                                                           f"reduce/float32/max/all/1000: the kernel its parameters "
+                                                           f"render to changed since it was tuned"), notes
+            assert "0123456789abcdef" in notes[0] and stamped in notes[0]
+        else:
+            assert notes == []

@@ -141,3 +141,43 @@ def test_refused_credentials_are_named(postgres_url):
     url = make_url(postgres_url).set(username="nobody_here", password="wrong")
     with pytest.raises(StorageError, match="refused the credentials|does not exist"):
         open_database(url.render_as_string(hide_password=False))
+
+
+def _open_at(url: str, start: float, name: str) -> str:
+    """In a child: wait for ``start`` (a shared moment), then open the storage and the study as a tuner does."""
+    import time
+
+    from autotune.tuning.policy import make_sampler
+    from autotune.tuning.storage import open_study
+
+    while time.time() < start:
+        time.sleep(0.001)
+    try:
+        open_study(open_database(url), name, make_sampler("random", 0), url=url)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+    return "ok"
+
+
+def test_tuners_started_together_on_a_fresh_sqlite_file_all_open_it(tmp_path):
+    """Four tuners opening a fresh SQLite file at the same moment race to create its tables and its schema-version
+    row; the losers used to die (IntegrityError on alembic_version, or a table that already exists). They retry,
+    and all open the one study."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    import time
+
+    url = f"sqlite:///{tmp_path}/studies.db"
+    with cf.ProcessPoolExecutor(4, mp_context=mp.get_context("spawn")) as pool:
+        list(pool.map(abs, range(4)))  # every process started and imported before the shared moment is set
+        start = time.time() + 3.0
+        results = list(pool.map(_open_at, [url] * 4, [start] * 4, ["s"] * 4))
+    assert results == ["ok"] * 4, results
+    assert optuna.get_all_study_names(url) == ["s"]
+
+
+def test_a_missing_sqlite_folder_is_named_at_once(tmp_path):
+    start = __import__("time").monotonic()
+    with pytest.raises(StorageError, match="cannot open the database file .*does its folder exist"):
+        open_database(f"sqlite:///{tmp_path}/missing/studies.db")
+    assert __import__("time").monotonic() - start < 2.0  # not retried as a start-up race

@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 
 from autotune.core.device import current_device
@@ -501,27 +502,71 @@ def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path)
         late.join()
 
 
-def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
-    """Two tuners on one study in a real PostgreSQL: every trial ends, each is measured once, both worked."""
+def two_tuners_share_one_study(tmp_path, storage_args: list[str], storage) -> None:
+    """Two tuners started together on one study: every trial ends, no configuration is measured twice, both
+    measured. Both walk the same grid, so without the check for configurations another process took, they
+    measure the same ones. ``storage``: the storage to read afterwards (a URL, or a function making it once the
+    run has made its file)."""
     from autotune.core.space import config_key
 
-    name = "reduce/float32/sum/all/37@cuda-simulator"
-    if name in [s.study_name for s in optuna.get_all_study_summaries(postgres_url)]:
-        optuna.delete_study(study_name=name, storage=postgres_url)  # left by an earlier run on this server
-    args = ["reduce", "--simulator", "--shape", "37", "--trials", "8", "--sampler", "random",
-            "--compile-workers", "1", "--storage", postgres_url, "--no-db"]
-    procs = [run_cli(args + ["--seed", str(seed)], tmp_path) for seed in (1, 2)]
+    base = "reduce/float32/sum/all/37@cuda-simulator"
+    for old in optuna.get_all_study_names(storage) if isinstance(storage, str) else []:
+        if old.startswith(base):
+            optuna.delete_study(study_name=old, storage=storage)  # left by an earlier run on this server
+    args = ["reduce", "--simulator", "--shape", "37", "--trials", "6", "--sampler", "grid",
+            "--compile-workers", "1", "--no-db", *storage_args]
+    procs = [run_cli(args, tmp_path) for _ in range(2)]
     outs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outs
-    trials = optuna.load_study(study_name=name, storage=postgres_url).trials
+    storage = storage if isinstance(storage, str) else storage()
+    names = [n for n in optuna.get_all_study_names(storage) if n == base or n.startswith(base + "#")]
+    assert len(names) == 1, names
+    trials = optuna.load_study(study_name=names[0], storage=storage).trials
     assert not [t for t in trials if t.state == TrialState.RUNNING]
     measured = [t for t in trials if t.state == TrialState.COMPLETE and "duplicate_of" not in t.user_attrs]
-    # Each process stops asking at 8 but finishes what it has in flight: one trial on its GPU worker and at most
+    # Each process stops asking at 6 but finishes what it has in flight: one trial on its GPU worker and at most
     # compile_workers + 1 queued behind it.
-    assert 8 <= len(measured) <= 8 + 2 * 3
+    assert 6 <= len(measured) <= 6 + 2 * 3
     keys = [config_key(t.user_attrs["config"]) for t in measured]
-    assert len(set(keys)) == len(keys)  # no configuration was measured twice
+    assert len(set(keys)) == len(keys), sorted(keys)  # no configuration was measured twice
     assert len({t.user_attrs["owner"] for t in measured}) == 2  # both processes measured
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"])
+def test_two_tuners_on_the_default_journal_or_sqlite_measure_each_configuration_once(tmp_path, storage):
+    """The check for configurations measured by another process holds for every storage, not only --storage
+    URLs: two tuners on one journal (the default) measured 22 trials of 17 configurations."""
+    if storage == "journal":
+        two_tuners_share_one_study(tmp_path, ["--state-dir", str(tmp_path / "state")],
+                                   lambda: journal(tmp_path / "state"))
+    else:
+        url = f"sqlite:///{tmp_path}/studies.db"
+        two_tuners_share_one_study(tmp_path, ["--storage", url], url)
+
+
+def test_two_processes_share_one_study_through_postgresql(tmp_path, postgres_url):
+    """Two tuners on one study in a real PostgreSQL."""
+    two_tuners_share_one_study(tmp_path, ["--storage", postgres_url], postgres_url)
+
+
+def test_a_trial_left_undescribed_by_a_killed_process_is_not_waited_for(tmp_path, monkeypatch):
+    """A trial asked for but never described (its process killed between the two writes) stays RUNNING without a
+    configuration; once older than UNDECIDED_WAIT_S, no ask waits for it again (before, every ask of every later
+    run waited UNDECIDED_WAIT_S)."""
+    import autotune.tuning.policy as policy_module
+
+    monkeypatch.setattr(policy_module, "UNDECIDED_WAIT_S", 1.5)
+    config = TuneConfig(trials=1, sampler="random", state_dir=tmp_path, compile_workers=1, baseline=False)
+    tuner = Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lambda l: None)
+    abandoned = tuner.study.ask()
+    chosen = {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "BLOCK_REDUCE": "tree", "COMBINE": "atomic", "WAVES": 1}
+    start = time.monotonic()
+    assert tuner.policy._seen_elsewhere(chosen, abandoned.number + 1) is None
+    assert time.monotonic() - start >= 1.0  # a fresh one is waited for
+    time.sleep(0.6)
+    start = time.monotonic()
+    assert tuner.policy._seen_elsewhere(chosen, abandoned.number + 1) is None
+    assert time.monotonic() - start < 0.5  # an old one is not
 
 
 def test_a_seed_compile_past_its_timeout_is_said_and_a_cancelled_one_is_not_measured(tmp_path):
@@ -559,7 +604,7 @@ def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
     problem = Problem("matmul", (256, 256, 256), "float16", {})
     for cc, pruned in (((9, 0), False), ((8, 0), True), ((10, 0), True)):
         device = DeviceInfo(name=f"GPU {cc}", cc=cc, sm_count=132, l2_bytes=50 << 20)
-        reason = Tuner(problem, config, device, report=lambda line: None)._prune_reason(wgmma)
+        reason = Tuner(problem, config, device, report=lambda line: None).policy.prune_reason(wgmma)
         assert (reason is not None) == pruned and (not pruned or "Hopper" in reason), (cc, reason)
 
 
@@ -579,3 +624,101 @@ def test_past_its_time_limit_a_run_queues_the_compiles_still_running_for_the_nex
     trials = optuna.load_study(study_name=result.study_name, storage=journal(tmp_path)).trials
     assert [t.state for t in trials] == [TrialState.FAIL, TrialState.WAITING]  # no stage: not counted as failed
     assert "stage" not in trials[0].user_attrs and trials[1].system_attrs["fixed_params"] == trials[0].params
+
+
+#: A reduce template of the simplest kind (one thread adds every element), whose last statement a test replaces.
+SUM_TEMPLATE = """{%- import "_common.j2" as c with context -%}
+{{ c.header("templates/reduce.py.j2") }}
+
+
+@cuda.jit
+def reduce_all({{ ARGS | join(", ") }}):
+    if cuda.threadIdx.x == 0 and cuda.blockIdx.x == 0:
+        s = {{ dtype }}(0)
+        for i in range(n):
+            s += X[i]
+LAST
+
+
+{{ c.fill_kernel() }}
+"""
+
+
+def template_tuning(tmp_path, monkeypatch, last: str) -> list[str]:
+    """Write the test's reduce template ending in ``last`` where templates of your own are read from
+    ($AUTOTUNE_TEMPLATES), and return the arguments that tune a sum of 33 with it in the simulator, one variant,
+    writing tmp_path/db."""
+    folder = tmp_path / "templates"
+    folder.mkdir(exist_ok=True)
+    (folder / "reduce.py.j2").write_text(SUM_TEMPLATE.replace("LAST", last))
+    monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(folder))
+    space = tmp_path / "space.yaml"
+    space.write_text((HERE / "faulty_space.yaml").read_text().replace("[32, 64, 128, 256, 512]", "[32]"))
+    return ["reduce", "--simulator", "--shape", "33", "--trials", "1", "--sampler", "grid", "--compile-workers", "1",
+            "--state-dir", str(tmp_path / "state"), "--db", str(tmp_path / "db"), "--write-db", "--space", str(space)]
+
+
+def test_a_changed_kernel_starts_a_fresh_study_and_nothing_wrong_reaches_the_database(tmp_path, monkeypatch, capsys):
+    """Tune, then edit the template so that it computes a wrong result, then tune again with --write-db: the old
+    study's trials measured another kernel, so a fresh study is started (said, naming the old one), its variant
+    fails its check and nothing is written; the entry written first is announced as stale by a lookup and by
+    `autotune db check`. Before, the second run reused the old trials, reported success and rewrote the entry."""
+    import warnings
+
+    from autotune.commands.cli import main
+    from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel
+
+    args = template_tuning(tmp_path, monkeypatch, "        out[0] = s")
+    assert main(args) == 0, capsys.readouterr().err
+    written = (tmp_path / "db" / "cuda-simulator.yaml").read_bytes()
+    assert b"source_hash: " in written
+    capsys.readouterr()
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s + 1")
+    code, err = main(args), capsys.readouterr().err
+    assert code == 1, err
+    assert "the kernel changed since the study 'reduce/float32/sum/all/33@cuda-simulator#" in err, err
+    assert "(templates)" in err and "starting a fresh study" in err and "wrong result" in err, err
+    assert (tmp_path / "db" / "cuda-simulator.yaml").read_bytes() == written
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_best_kernel("reduce", (33,), db=tmp_path / "db")
+    stale = [str(w.message) for w in caught if issubclass(w.category, TunedKernelWarning)]
+    assert len(stale) == 1 and "reduce/float32/sum/all/33: the kernel its parameters render to changed" in stale[0]
+    assert main(["db", "check", "--db", str(tmp_path / "db")]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL" in out and "entry reduce/float32/sum/all/33: the kernel its parameters render to changed" in out
+
+
+def test_a_winner_measured_by_an_earlier_run_is_checked_again_with_the_current_code(tmp_path, monkeypatch):
+    """What the provenance of a study cannot see (here: made invisible) is caught before anything is written: a
+    winner measured by an earlier run is verified again with the code as it is now; failing, it is set aside for
+    good and no winner is reported."""
+    import autotune.tuning.tuner as tuner_module
+
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s")
+    config = TuneConfig(trials=1, sampler="grid", state_dir=tmp_path, space_path=str(tmp_path / "space.yaml"),
+                        compile_workers=1, baseline=False)
+    problem = Problem("reduce", (33,), "float32", {"op": "sum"})
+    first = Tuner(problem, config, current_device(), report=lambda line: None).run()
+    assert first.best and first.best["BLOCK"] == 32
+    unchanged = tuner_module.provenance(problem, config.space_path)
+    monkeypatch.setattr(tuner_module, "provenance", lambda *args: unchanged)
+    template_tuning(tmp_path, monkeypatch, "        out[0] = s + 1")
+    lines = []
+    second = Tuner(problem, config, current_device(), report=lines.append).run()
+    assert second.best is None and second.study_name == first.study_name
+    assert any(line.startswith("set aside #0 ") and "wrong result" in line for line in lines), lines
+    assert Tuner(problem, config, current_device(), report=lambda line: None).policy.best_trial() is None
+
+
+def test_a_simulator_run_writes_only_what_compiles_for_a_real_gpu(tmp_path, monkeypatch, capsys):
+    """The simulator runs Python: a list in a kernel passes there, and the real compiler refuses it (it needs
+    Numba's runtime). A simulator run with --write-db compiles its winner for sm_90 first and writes nothing that
+    does not compile, saying so."""
+    from autotune.commands.cli import main
+
+    args = template_tuning(tmp_path, monkeypatch, "        pair = [s, s]\n        out[0] = pair[0]")
+    code, err = main(args), capsys.readouterr().err
+    assert code == 1, err
+    assert "#0 " in err and "does not compile for sm_90a" in err, err
+    assert not (tmp_path / "db" / "cuda-simulator.yaml").exists()

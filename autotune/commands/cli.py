@@ -230,7 +230,8 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
                         "unless --write-db")
-    p.add_argument("--write-db", action="store_true", help="with --simulator: write the database anyway")
+    p.add_argument("--write-db", action="store_true", help="with --simulator: write the database anyway, each winner "
+                   "first compiled for sm_90 with the real compiler (what does not compile is not written)")
     p.add_argument("--record-sweep", metavar="FILE",
                    help="measure every valid configuration of one --shape (the grid, in a study of its own that "
                         "resumes if stopped) and write them to FILE for `autotune replay`; the database is not "
@@ -397,7 +398,8 @@ def _db_parsers(sub) -> None:
     check = dbsub.add_parser("check", help="validate every file lookups read (exit 1 on any problem)",
                              description="Validate every database file that lookups read, in their order (your folder, "
                              "then the shipped database): each entry against the schema and its family's search space, "
-                             "duplicates, unreadable files. Exit 1 on any problem.")
+                             "duplicates, unreadable files, and entries whose parameters no longer render the kernel "
+                             "they measured (their source_hash). Exit 1 on any problem.")
     check.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
     check.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
     check.set_defaults(run=run_db_check)
@@ -464,11 +466,13 @@ def run_tune(args) -> int:
 def tune_problems(args, kind: str, pools) -> int:
     """The tuning run of ``run_tune``: each problem in turn, its compiles in ``pools``."""
     from ..core.device import current_device
+    from ..runtime.compiler import DEFAULT_CC
     from ..runtime.db import database_folders, db_dir, db_path
     from ..runtime.lookup import tuning_starts
     from ..tuning import report
     from ..tuning.settings import TuneConfig
     from ..tuning.tuner import Tuner
+    from .destinations import check_destinations
 
     impl = family_named(kind)
     sim = args.simulator
@@ -480,20 +484,22 @@ def tune_problems(args, kind: str, pools) -> int:
     device = current_device()
     suite = impl.dry_run_shapes if sim and not args.shape else impl.suite
     problems = problems_of(args, kind, suite)
+    target = db_path(db_dir(args.db), device.name)
+    write = (args.write_db or not sim) and not args.no_db and not args.record_sweep
+    check_destinations(database=target if write else None,
+                       sweep=Path(args.record_sweep) if args.record_sweep else None)
     config = TuneConfig(trials=args.trials or (6 if sim else 60), timeout_s=args.timeout, sampler=args.sampler,
                         seed=args.seed, storage=args.storage, state_dir=Path(args.state_dir), devices=devices,
                         space_path=args.space, job_timeout_s=args.job_timeout,
                         compile_timeout_s=args.compile_timeout, refine=not args.no_refine,
-                        compile_workers=pools.workers)
+                        compile_workers=pools.workers, target_cc=DEFAULT_CC if sim and write else None)
     if sim:
         print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
               file=sys.stderr)
     if args.record_sweep:
         return record_sweep(args, problems, config, device, pools)
     results = []
-    target = db_path(db_dir(args.db), device.name)
     start_files = [target] + [db_path(f, device.name) for f in database_folders(args.db) if f != target.parent]
-    write = (args.write_db or not sim) and not args.no_db
     limit = run_time_limit(args)
     deadline = time.monotonic() + limit if limit else None
     for left, problem in zip(range(len(problems), 0, -1), problems):
@@ -513,7 +519,8 @@ def tune_problems(args, kind: str, pools) -> int:
     if write:
         print(f"database: {target}")
     elif sim:
-        print("(simulator: nothing written to the database; --write-db to write anyway)")
+        print("(simulator: nothing written to the database, and the winners were not compiled for a GPU; --write-db "
+              "writes them, each first compiled for sm_90 with the real compiler)")
     return 0 if all(r.best for r in results) else 1
 
 
@@ -651,7 +658,7 @@ def run_show(args) -> int:
 
 
 def run_db_check(args) -> int:
-    from ..runtime.db import family_of
+    from ..runtime.db import family_of, stale_entries
 
     files, problems, folders = _database_files(args)
     print("checking, in the order lookups read them: " + ", ".join(map(str, folders)))
@@ -661,10 +668,13 @@ def run_db_check(args) -> int:
     for problem in problems:
         print(f"FAIL {problem}")
     for f in files:
-        for problem in f.problems:
+        stale = stale_entries(f)
+        for problem in f.problems + stale:
             print(f"FAIL {problem}")
-        bad += len(f.problems)
-        print(f"{'ok  ' if not f.problems else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})")
+        bad += len(f.problems) + len(stale)
+        ok = not f.problems and not stale
+        print(f"{'ok  ' if ok else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})"
+              + (f", {len(stale)} of them stale" if stale else ""))
         for name in f.foreign_families:
             count = sum(family_of(raw) == name for raw in f.foreign)
             print(f"     {count} entries of the family {name!r}, not registered here: kept, not checked "

@@ -35,7 +35,7 @@ from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
 
 SCHEMA = 1
 STANDARD_FIELDS = ("family", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
-                   "template_hash", "trials", "date", "resources")
+                   "template_hash", "source_hash", "trials", "date", "resources")
 REQUIRED = ("family", "dtype", "shape", "params", "time")
 #: an entry's fields as the first releases named them: read, and written under today's name
 OLD_FIELDS = {"kernel": "family"}
@@ -226,7 +226,7 @@ def _check_fields(raw: Mapping[str, Any]) -> None:
     _timing("time", raw["time"], required=True)
     if "rate" in raw and not _number(raw["rate"]):
         raise DatabaseError(f"field 'rate' must be a non-negative finite number, got {_short(raw['rate'])}")
-    for name in ("unit", "template_hash"):
+    for name in ("unit", "template_hash", "source_hash"):
         if name in raw and not isinstance(raw[name], str):
             raise DatabaseError(f"field {name!r} must be text, got {_short(raw[name])}")
     if "trials" in raw and not _count(raw["trials"]):
@@ -292,6 +292,61 @@ def _short(value: Any) -> str:
 def _short_text(exc: Exception) -> str:
     text = str(exc)
     return text if len(text) <= 400 else text[:397] + "..."
+
+
+# -- what an entry measured ----------------------------------------------------------------------------
+def current_source(entry: Entry) -> str:
+    """The GPU source (not the simulator's) that the entry's configuration renders to with today's templates."""
+    from .build import render_source
+
+    _, _, source = render_source(entry.problem.family, entry.params, entry.problem.dtype, simulator=False,
+                                 **entry.problem.args)
+    return source
+
+
+def stale_note(entry: Entry, source: str | None = None) -> str | None:
+    """Why the entry no longer describes the kernel its configuration renders to (``source``: that render, where
+    the caller has it), or None. An entry records ``source_hash``, the hash of the GPU source it measured; a
+    different render today means the templates or the family changed since, so its time and the checks it passed
+    are of another kernel, possibly a wrong one. Entries without ``source_hash`` (written before autotune
+    recorded it) are not judged: their ``template_hash`` covers whole template files, which change without
+    changing a render."""
+    from .render import source_hash
+
+    recorded = entry.record.get("source_hash")
+    if not recorded:
+        return None
+    try:
+        now = source_hash(source if source is not None else current_source(entry))
+    except Exception as exc:  # a template that no longer renders this configuration
+        return f"its configuration no longer renders ({type(exc).__name__}: {_short_text(exc)})"
+    if now == recorded:
+        return None
+    return (f"the kernel its parameters render to changed since it was tuned (source_hash {recorded}, now {now}): "
+            f"its time and checks are of the old kernel; re-tune it (--force) or restore the templates")
+
+
+def stale_entries(db_file: DbFile) -> list[str]:
+    """A sentence, naming the file and the entry, for each entry of ``db_file`` that ``stale_note`` finds stale
+    (each distinct configuration rendered once)."""
+    notes, renders = [], {}
+    for entry in db_file.entries:
+        if not entry.record.get("source_hash"):
+            continue
+        key = (entry.problem.family, entry.problem.dtype, _frozen(entry.problem.args), _frozen(entry.params))
+        if key not in renders:
+            try:
+                renders[key] = current_source(entry)
+            except Exception:
+                renders[key] = None  # stale_note renders again and says why it fails
+        note = stale_note(entry, renders[key])
+        if note:
+            notes.append(f"{db_file.path}: entry {entry.problem.key}: {note}")
+    return notes
+
+
+def _frozen(mapping: Mapping[str, Any]) -> tuple:
+    return tuple(sorted(((k, str(v)) for k, v in mapping.items())))
 
 
 # -- the folders a lookup reads -----------------------------------------------------------------------
@@ -399,9 +454,28 @@ def locked(path: Path) -> Iterator[None]:
         os.close(fd)
 
 
+def write_destination(path: Path) -> Path:
+    """The file a write to ``path`` replaces: ``path``, or the file it leads to if it is a symbolic link (a
+    rename over the link would replace the link with a regular file and leave its target as it was).
+    DatabaseError where the link leads nowhere a file can be written: a loop, or a folder that does not exist."""
+    if not path.is_symlink():
+        return path
+    try:
+        return Path(os.path.realpath(path, strict=True))
+    except FileNotFoundError:
+        target = Path(os.path.realpath(path))
+        if target.parent.is_dir():
+            return target
+        raise DatabaseError(f"{path}: a symbolic link to {target}, whose folder does not exist; not written") from None
+    except (OSError, RuntimeError) as exc:
+        raise DatabaseError(f"{path}: a symbolic link that cannot be followed ({exc}); not written") from None
+
+
 def atomic_write(path: Path, text: str) -> None:
     """Write a temporary file beside ``path``, flush it to disk, rename it over ``path``. The file keeps the mode
-    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600."""
+    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600. A
+    symbolic link is written through: its target is replaced, the link stays (``write_destination``)."""
+    path = write_destination(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -462,9 +536,35 @@ def _replace_note(entry: Entry, old: Entry | None, reason: str) -> str:
     return f"replaced {new} (recorded {old.median_ms:.4g} ms; {reason})"
 
 
+def check_writable(path: Path) -> None:
+    """Before any work whose results go to the database file ``path``: DatabaseError, naming the file, where the
+    write at the end would fail: the folder is a file, or cannot be written; the file is no regular file, cannot
+    be read, or holds bad entries (a file with bad entries is not rewritten until they are fixed)."""
+    folder = path.parent
+    if folder.exists() and not folder.is_dir():
+        raise DatabaseError(f"{folder}: not a folder; a database is a folder holding one YAML file per GPU model")
+    destination = write_destination(path)
+    if destination.exists() or destination.is_symlink():
+        if not destination.is_file():
+            raise DatabaseError(f"{destination}: not a regular file; the database file of this GPU model must be one")
+        current = load_file(destination)
+        if current.problems:
+            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries first: a file with bad "
+                                "entries is not rewritten")
+    existing = destination.parent
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise DatabaseError(f"{existing}: not a folder; the database folder {folder} cannot be made there")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise DatabaseError(f"{existing}: not writable; the database file {destination} could not be written")
+
+
 def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], *, force: bool = False,
                   reason: str = "--force") -> list[str]:
-    """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were."""
+    """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were. A
+    symbolic link is written through (its target's folder is locked and its target replaced)."""
+    path = write_destination(path)
     with locked(path):
         current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
         if current.problems:

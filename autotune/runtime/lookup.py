@@ -12,15 +12,18 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
 4. else the family's default configuration for the shape.
 
 Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
-read (skipped) and entries of a family not registered in this process (kept, unused). Kernels are cached per
-(problem, device, folders) in this process; compiled code is stored on disk (runtime/code_cache.py), so a second
-process does not compile again.
+read (skipped), entries of a family not registered in this process (kept, unused), and an entry whose recorded
+``source_hash`` is not the hash of what its parameters render to today (the templates or the family changed
+since it was tuned: its time and checks are of another kernel). Kernels are cached per (problem, device,
+folders) in this process; compiled code is stored on disk (runtime/code_cache.py), so a second process does not
+compile again.
 """
 from __future__ import annotations
 
 import math
 import threading
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,7 @@ from .db import (
     load_file,
     load_folder,
     named_folder,
+    stale_note,
 )
 
 
@@ -66,11 +70,25 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
     with _lock:
         if key not in _cache:
             _announce_named_folder(db)
-            params, note = choose(problem, folders, device)
-            if note:
-                warnings.warn(note, TunedKernelWarning, stacklevel=2)
-            _cache[key] = build_kernel(family, params, problem.dtype, **problem.args)
+            chosen = choice(problem, folders, device)
+            if chosen.note:
+                warnings.warn(chosen.note, TunedKernelWarning, stacklevel=2)
+            kernel = build_kernel(family, chosen.params, problem.dtype, **problem.args)
+            stale = _stale(chosen, kernel)
+            if stale:
+                warnings.warn(stale, TunedKernelWarning, stacklevel=2)
+            _cache[key] = kernel
         return _cache[key]
+
+
+def _stale(chosen: "Choice", kernel) -> str | None:
+    """A sentence where the entry used no longer describes the kernel its parameters render to (``db.stale_note``);
+    the kernel's own source is that render except in the simulator."""
+    if chosen.entry is None:
+        return None
+    source = None if backend.simulator() else getattr(kernel, "source", None)
+    note = stale_note(chosen.entry, source)
+    return f"{chosen.path}: the entry for {chosen.entry.problem.key}: {note}" if note else None
 
 
 def lookup_folders(db: str | Path | None = None, device: str | None = None) -> list[Path]:
@@ -90,8 +108,26 @@ def database_folder(db: str | Path | None = None) -> Path:
     return folders[0] if folders else Path(db or "tuned_db")
 
 
-def choose(problem: Problem, folders: Path | list[Path], device: str | None = None) -> tuple[dict[str, Any], str | None]:
+@dataclass(frozen=True)
+class Choice:
+    """What a lookup chose: the parameters, a sentence on the fallback used (None for an exact entry), and the
+    database entry they come from with its file (None for the family's default)."""
+
+    params: dict[str, Any]
+    note: str | None
+    entry: Entry | None = None
+    path: Path | None = None
+
+
+def choose(problem: Problem, folders: Path | list[Path],
+           device: str | None = None) -> tuple[dict[str, Any], str | None]:
     """The parameters for ``problem`` and a sentence on the fallback used (None for an exact entry)."""
+    chosen = choice(problem, folders, device)
+    return chosen.params, chosen.note
+
+
+def choice(problem: Problem, folders: Path | list[Path], device: str | None = None) -> Choice:
+    """``choose``, with the entry used and its file."""
     folders = [folders] if isinstance(folders, Path) else list(folders)
     info = current_device() if device is None else None
     name = device or info.name
@@ -99,12 +135,12 @@ def choose(problem: Problem, folders: Path | list[Path], device: str | None = No
     for db_file in own:
         entry, distance = nearest(problem, db_file.entries)
         if entry is not None and distance == 0:
-            return entry.params, None
+            return Choice(entry.params, None, entry, db_file.path)
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found
-        return entry.params, (f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
-                              f"{shape_text(entry.problem.shape)}, from {db_file.path}")
+        return Choice(entry.params, f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
+                                    f"{shape_text(entry.problem.shape)}, from {db_file.path}", entry, db_file.path)
     if info is not None:
         others = [f for folder in folders for f in _folder_files(folder)
                   if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
@@ -113,12 +149,13 @@ def choose(problem: Problem, folders: Path | list[Path], device: str | None = No
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
-            return entry.params, (f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
-                                  f"({db_file.device.get('name')}, same compute capability)")
+            return Choice(entry.params, f"no tuned entry for {problem.key} on {name}; using {what} from "
+                                        f"{db_file.path} ({db_file.device.get('name')}, same compute capability)",
+                          entry, db_file.path)
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
-    return problem.impl.default_params(problem), (
-        f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-        f"`autotune tune --family {problem.family}` to tune it)")
+    return Choice(problem.impl.default_params(problem),
+                  f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
+                  f"`autotune tune --family {problem.family}` to tune it)")
 
 
 def _folder_text(folder: Path) -> str:

@@ -12,11 +12,16 @@ import jinja2
 from ..core.resources import templates_dir
 
 
-@functools.lru_cache(maxsize=16)
 def environment(folder: str) -> jinja2.Environment:
     """Templates from $AUTOTUNE_TEMPLATES first (a folder of your own, e.g. to test a variant), then the family's
-    folder, then the built-in templates (so a family of your own can import their macro files)."""
-    folders = [os.environ["AUTOTUNE_TEMPLATES"]] if os.environ.get("AUTOTUNE_TEMPLATES") else []
+    folder, then the built-in templates (so a family of your own can import their macro files). Cached per folder
+    and $AUTOTUNE_TEMPLATES as it is now; Jinja reloads a template whose file changed."""
+    return _environment(folder, os.environ.get("AUTOTUNE_TEMPLATES") or None)
+
+
+@functools.lru_cache(maxsize=16)
+def _environment(folder: str, override: str | None) -> jinja2.Environment:
+    folders = [override] if override else []
     folders += [folder] + ([str(templates_dir())] if Path(folder) != templates_dir() else [])
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(folders),
@@ -103,6 +108,12 @@ def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:
             current = indent
         current += piece
     return lines + [current]
+
+
+def source_hash(source: str) -> str:
+    """Short hash of a rendered module's text: what a database entry records of the kernel it measured
+    (``source_hash``), the name of its file in tests/golden/renders/."""
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
 
 
 def template_hash(family) -> str:

@@ -50,6 +50,20 @@ def compile_variant(job: Job) -> CompileResult:
                              detail=traceback.format_exc(limit=3), compile_s=time.perf_counter() - t0)
 
 
+def compile_for(job: Job, cc: tuple[int, int]) -> CompileResult:
+    """Compile one variant for the compute capability ``cc`` with the real compiler, no GPU needed (in a process
+    that does not run the simulator: ``worker.compile_for_target``), with the fixed kernels it launches."""
+    from ..runtime.compiler import compile_ahead_report
+
+    t0 = time.perf_counter()
+    try:
+        report = compile_ahead_report(_build(job), cc)
+    except Exception as exc:
+        return CompileResult(ok=False, reason=f"{type(exc).__name__}: {exc}", detail=traceback.format_exc(limit=3),
+                             compile_s=time.perf_counter() - t0)
+    return CompileResult(ok=True, resources=report.as_dict(), compile_s=time.perf_counter() - t0)
+
+
 _instances: dict[str, Instance] = {}
 
 

@@ -16,6 +16,7 @@ as ordered) and the names themselves for the others; the user attribute ``config
 """
 from __future__ import annotations
 
+import datetime
 import importlib.util
 import random
 import threading
@@ -35,6 +36,7 @@ from .settings import TuneConfig
 
 SAMPLERS = ("tpe", "random", "grid", "cmaes")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+SET_ASIDE_ATTR = "set_aside"  # the study's user attribute: trial number -> why it failed its confirmation
 UNDECIDED_WAIT_S = 30.0  # a process killed between ask and writing its configuration holds others this long
 
 
@@ -98,6 +100,8 @@ class SearchPolicy:
         self._grid: Iterator[dict[str, Any]] | None = None
         self._rng = random.Random(config.seed)
         self._barren: set = set()  # first-parameter values random_valid found no valid configuration for
+        #: measured trials that failed their confirmation with the current code (``set_aside``), by number
+        self._set_aside: dict[int, str] = _set_aside_in(study)
 
     def prepare(self) -> None:
         """Before the first ask: learn what the study holds, queue the starts."""
@@ -147,7 +151,7 @@ class SearchPolicy:
                     rejected += 1
                     continue
                 earlier = self._seen.get(config_key(config))
-                if earlier is None and self.config.storage:
+                if earlier is None:  # another tuner on the same study (any storage) may have taken it
                     earlier = self._seen_elsewhere(config, trial.number)
                 if earlier is not None:
                     self._repeat(trial, earlier)
@@ -168,7 +172,7 @@ class SearchPolicy:
         """Queue the first unmeasured valid neighbour (one parameter one step away, ``SearchSpace.neighbours``)
         of the fastest trial whose neighbourhood is not yet measured, if there is one."""
         done = [t for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
-                if "duplicate_of" not in t.user_attrs and "timing" in t.user_attrs]
+                if "duplicate_of" not in t.user_attrs and "timing" in t.user_attrs and t.number not in self._set_aside]
         for t in sorted(done, key=lambda t: _timing(t).median_ms):
             for config in self.space.neighbours(t.user_attrs["config"], dtype=self.problem.dtype,
                                                 args=self.problem.args):
@@ -178,10 +182,13 @@ class SearchPolicy:
         return False
 
     def _seen_elsewhere(self, config: dict[str, Any], number: int) -> int | None:
-        """A trial of another process sharing the storage that took the same configuration first.
+        """A trial of another process sharing the study (a journal file, SQLite, PostgreSQL) that took the same
+        configuration first.
 
         Another process may have asked for an earlier trial and not yet written its configuration; the
         answer waits for those (each is written right after its ask), else both processes would measure it.
+        A trial asked more than UNDECIDED_WAIT_S ago that still has no configuration was left by a process
+        killed between the two writes: it is not waited for.
         """
         key = config_key(config)
         deadline = time.monotonic() + UNDECIDED_WAIT_S
@@ -191,8 +198,7 @@ class SearchPolicy:
                 if key == config_key(t.user_attrs.get("config", {})) and \
                         (t.state == TrialState.RUNNING or "stage" in t.user_attrs):
                     return t.number
-            undecided = any(t.state == TrialState.RUNNING and "config" not in t.user_attrs for t in earlier)
-            if not undecided or time.monotonic() > deadline:
+            if not any(_undecided(t) for t in earlier) or time.monotonic() > deadline:
                 return None
             time.sleep(0.05)
 
@@ -292,14 +298,24 @@ class SearchPolicy:
             return
 
     def best_trial(self) -> optuna.trial.FrozenTrial | None:
-        """The earliest trial that no later one beats by more than the measured noise."""
+        """The earliest trial that no later one beats by more than the measured noise (trials set aside left
+        out)."""
         best = None
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,)):
-            if "duplicate_of" in t.user_attrs or "timing" not in t.user_attrs:
+            if "duplicate_of" in t.user_attrs or "timing" not in t.user_attrs or t.number in self._set_aside:
                 continue
             if best is None or _timing(t).faster_than(_timing(best)):
                 best = t
         return best
+
+    def set_aside(self, number: int, reason: str, *, lasting: bool = True) -> None:
+        """A measured trial that failed its confirmation with the current code (tuning/tuner.py): it is not the
+        best again in this run and, where the failure is ``lasting`` (a wrong result, a compile error; not a
+        timeout, which a busy machine may cause), in no later run on the same study (the study remembers it)."""
+        self._set_aside[number] = reason
+        if lasting:
+            lasting_ones = {str(n): r for n, r in _set_aside_in(self.study).items()}
+            self.study.set_user_attr(SET_ASIDE_ATTR, {**lasting_ones, str(number): reason})
 
     def incumbent_measured(self) -> bool:
         if not self.incumbent:
@@ -321,6 +337,22 @@ class SearchPolicy:
             self.study.tell(trial, state=TrialState.PRUNED)
         else:
             self.study.tell(trial, state=TrialState.FAIL)
+
+
+def _set_aside_in(study: optuna.Study) -> dict[int, str]:
+    """The trials the study remembers as set aside (what is not a trial number and a reason is ignored)."""
+    recorded = study.user_attrs.get(SET_ASIDE_ATTR)
+    if not isinstance(recorded, dict):
+        return {}
+    return {int(n): str(r) for n, r in recorded.items() if str(n).isdigit()}
+
+
+def _undecided(t: optuna.trial.FrozenTrial) -> bool:
+    """A trial another process asked for and has not yet described (its configuration comes right after)."""
+    if t.state != TrialState.RUNNING or "config" in t.user_attrs:
+        return False
+    started = t.datetime_start
+    return started is None or (datetime.datetime.now() - started).total_seconds() < UNDECIDED_WAIT_S
 
 
 def _timing(t: optuna.trial.FrozenTrial) -> Timing:

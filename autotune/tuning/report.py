@@ -75,19 +75,23 @@ def versions() -> dict[str, str]:
 
 
 def write_results(results, device: DeviceInfo, db: str | None, config, force: bool = False) -> list[str]:
-    """Write each tuned winner into the device's database file (merging; see db.write_entries)."""
+    """Write each tuned winner into the device's database file (merging; see db.write_entries), with the hash of
+    the GPU source its configuration renders to (``source_hash``), so that a lookup can tell when the templates
+    no longer render the kernel it measured."""
+    from ..runtime.build import render_source
     from ..runtime.db import db_dir, db_path, entry_record, parse_entry, write_entries
-    from ..runtime.render import template_hash
+    from ..runtime.render import source_hash, template_hash
 
     path = db_path(db_dir(db), device.name)
     lines = []
     for r in results:
         if not r.best:
             continue
+        _, _, source = render_source(r.problem.family, r.best, r.problem.dtype, simulator=False, **r.problem.args)
         record = entry_record(
             r.problem, r.best, time=r.timing, rate=round(r.rate, 4), unit=r.problem.unit,
             baseline=_rounded(r.baseline), resources=r.resources, device=device.as_dict(), versions=versions(),
-            template_hash=template_hash(r.problem.impl), trials=r.measured,
+            template_hash=template_hash(r.problem.impl), source_hash=source_hash(source), trials=r.measured,
             date=datetime.date.today().isoformat())
         # A run that measured the current entry's configuration itself has compared them fairly: its best
         # replaces the entry even if the entry's recorded time (perhaps from older code) is lower.

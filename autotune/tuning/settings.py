@@ -27,6 +27,9 @@ class TuneConfig:
     startup_trials: int = 10  # TPE's random trials before it models the results
     starts: bool = True  # measure the search space's starting configurations first
     refine: bool = True  # after the start-up trials, two in three measure neighbours of the fastest so far
+    #: a compute capability the winner must compile for with the real compiler before it counts (a simulator run
+    #: that writes the database: the simulator runs kernels the compiler refuses)
+    target_cc: tuple[int, int] | None = None
 
 
 @dataclass

@@ -18,8 +18,9 @@ import json
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import optuna
 from optuna.storages.journal import BaseJournalBackend
@@ -131,16 +132,26 @@ def _record_problem(line: bytes) -> str | None:
     return None
 
 
-def open_database(url: str):
-    """Optuna storage in the database at ``url``; StorageError with one line for the usual failures."""
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
-    except Exception as exc:
-        missing = _missing_module(exc)
-        if missing:
-            raise StorageError(f"--storage {redacted(url)}: the database driver {missing!r} is not installed; for "
-                               f"PostgreSQL: pip install \"autotune[postgres]\"") from None
-        raise StorageError(f"--storage {redacted(url)}: {_database_problem(exc)}") from None
+def open_database(url: str, attempts: int = 5):
+    """Optuna storage in the database at ``url``; StorageError with one line for the usual failures.
+
+    Tuners started together on a fresh database race to create its tables and its schema-version row: the losers
+    see a table that already exists, a duplicate version row (SQLite's IntegrityError, PostgreSQL's duplicate
+    CREATE TYPE) or, with SQLite, a locked file. Such an error is retried after a random pause; the next attempt
+    finds what the winner made. What retrying cannot mend (a missing driver, refused credentials, a server that
+    does not answer, a bad URL) stops at once."""
+    for attempt in range(attempts):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs={"pool_pre_ping": True})
+        except Exception as exc:
+            missing = _missing_module(exc)
+            if missing:
+                raise StorageError(f"--storage {redacted(url)}: the database driver {missing!r} is not installed; "
+                                   f"for PostgreSQL: pip install \"autotune[postgres]\"") from None
+            if attempt == attempts - 1 or _permanent_problem(exc):
+                raise StorageError(f"--storage {redacted(url)}: {_database_problem(exc)}") from None
+        time.sleep(0.2 + random.random() * (attempt + 1))
+    raise AssertionError("unreachable")
 
 
 def _missing_module(exc: BaseException | None) -> str | None:
@@ -154,7 +165,12 @@ def _missing_module(exc: BaseException | None) -> str | None:
 
 
 def _database_problem(exc: Exception) -> str:
-    text = " ".join(str(getattr(exc, "orig", None) or exc).split())
+    return _permanent_problem(exc) or f"{type(exc).__name__}: {_text_of(exc)[:240]}"
+
+
+def _permanent_problem(exc: Exception) -> str | None:
+    """A sentence for the failures that retrying cannot mend; None for the others."""
+    text = _text_of(exc)
     lowered = text.lower()
     if "password authentication failed" in lowered or "authentication" in lowered:
         return f"the server refused the credentials ({text[:160]})"
@@ -163,9 +179,15 @@ def _database_problem(exc: Exception) -> str:
         return f"cannot reach the database server ({text[:200]})"
     if "does not exist" in lowered:
         return f"{text[:200]} (create it first, e.g. createdb)"
+    if "unable to open database file" in lowered:
+        return f"cannot open the database file ({text[:200]}; does its folder exist?)"
     if "could not parse" in lowered or "argument" in type(exc).__name__.lower():
         return f"not a database URL such as postgresql://user:password@host/db ({text[:120]})"
-    return f"{type(exc).__name__}: {text[:240]}"
+    return None
+
+
+def _text_of(exc: Exception) -> str:
+    return " ".join(str(getattr(exc, "orig", None) or exc).split())
 
 
 def redacted(url: str) -> str:
@@ -191,6 +213,29 @@ def open_study(storage, name: str, sampler, url: str | None = None) -> optuna.St
             time.sleep(0.5 + random.random() * (attempt + 1))
             storage = open_database(url)
     raise AssertionError("unreachable")
+
+
+@dataclass(frozen=True)
+class EarlierStudy:
+    """A study of the same problem that measured with other code (another provenance): its name, its user
+    attributes (where it recorded its provenance) and how many trials it holds."""
+
+    name: str
+    user_attrs: dict[str, Any]
+    trials: int
+
+
+def earlier_study(storage, base: str, name: str) -> EarlierStudy | None:
+    """The most recent study in ``storage`` named ``base`` or ``base#<digest>`` other than ``name``: the study of
+    the same problem that a study tied to another provenance would have been (None if there is none)."""
+    found = [s for s in storage.get_all_studies()
+             if s.study_name != name and (s.study_name == base or s.study_name.startswith(base + "#"))]
+    if not found:
+        return None
+    ids = {s.study_name: storage.get_study_id_from_name(s.study_name) for s in found}
+    last = max(found, key=lambda s: ids[s.study_name])  # study ids grow: the last one made
+    trials = len(storage.get_all_trials(ids[last.study_name], deepcopy=False))
+    return EarlierStudy(name=last.study_name, user_attrs=dict(last.user_attrs), trials=trials)
 
 
 def journal_path(state_dir: str | os.PathLike, device_slug: str) -> Path:

@@ -26,19 +26,24 @@ from ..core import backend
 from ..core.device import DeviceInfo
 from ..core.problem import Problem
 from ..core.space import load_space
+from ..runtime.compiler import arch
 from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
 from .policy import SearchPolicy, make_sampler
+from .provenance import PROVENANCE_ATTR, provenance
 from .records import Outcome, job_for
 from .settings import TuneConfig, TuneResult
-from .storage import journal_path, open_database, open_journal, open_study
-from .worker import CompilePool, CompilePools, Worker
+from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
+from .worker import CompilePool, CompilePools, Worker, compile_for_target
 
 MAX_REGISTERS_PER_BLOCK = 65536
+CONFIRM_TRIES = 3  # best configurations tried in turn before a run gives up on a confirmed winner
+LASTING_STAGES = ("compile", "load", "verify")  # failures a confirmation remembers for the study's later runs
 STOP_JOIN_S = 30.0  # how long an interrupted run waits for a GPU thread to leave the job it was on
 
 
 def study_name(problem: Problem, device: DeviceInfo) -> str:
+    """The base of the study names of ``problem`` on a GPU model; a study's name adds its provenance's digest."""
     return f"{problem.key}@{device.slug}"
 
 
@@ -57,17 +62,24 @@ class Tuner:
                  neighbours: list[dict[str, Any]] | None = None, name: str | None = None, storage=None):
         """``incumbent``: the database's current winner for this problem, measured first so that the run's best
         is compared with it under the same conditions (its recorded time may come from older code).
-        ``neighbours``: the winners of nearby shapes, measured next. ``name``: the study's name (default: the
-        problem's key at the GPU model); ``storage``: an Optuna storage to use instead of the configured one."""
+        ``neighbours``: the winners of nearby shapes, measured next. ``name``: the base of the study's name
+        (default: the problem's key at the GPU model), to which the digest of what the study measures with is
+        added (``provenance.py``): a changed kernel opens a fresh study; ``storage``: an Optuna storage to use
+        instead of the configured one."""
         self.problem = problem
         self.config = config
         self.device = device
         self.space = load_space(problem.family, config.space_path).for_dtype(problem.dtype, problem.args)
         self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
-        self.name = name or study_name(problem, device)
-        self.study = open_study(storage or open_storage(config, device, self.report), self.name,
-                                make_sampler(config.sampler, config.seed, config.startup_trials),
-                                url=None if storage else config.storage)
+        self.provenance = provenance(problem, config.space_path)
+        base = name or study_name(problem, device)
+        self.name = f"{base}#{self.provenance.digest}"
+        url = None if storage else config.storage
+        storage = storage or open_storage(config, device, self.report)
+        older = earlier_study(storage, base, self.name)
+        self.study = open_study(storage, self.name, make_sampler(config.sampler, config.seed, config.startup_trials),
+                                url=url)
+        self._tie_to_provenance(older)
         self.owner = f"{socket.gethostname()}:{os.getpid()}"
         self.policy = SearchPolicy(problem, config, device, self.study, self.space, self.owner, incumbent=incumbent,
                                    neighbours=neighbours)
@@ -75,6 +87,18 @@ class Tuner:
         self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
         self._stopping = threading.Event()
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
+        self._measured_here: set[int] = set()  # trials this run measured (with the code the study is tied to)
+
+    def _tie_to_provenance(self, older: EarlierStudy | None) -> None:
+        """Record on a new study what it measures with, and say so where it replaces an older study of the same
+        problem (whose trials measured another kernel and are not used)."""
+        if PROVENANCE_ATTR not in self.study.user_attrs:
+            self.study.set_user_attr(PROVENANCE_ATTR, dict(self.provenance.parts))
+        if older is None or self.study.get_trials(deepcopy=False):
+            return
+        changed = self.provenance.changes_from(older.user_attrs.get(PROVENANCE_ATTR))
+        self.report(f"the kernel changed since the study {older.name!r} measured {older.trials} trial(s) ({changed}): "
+                    f"they are not used; starting a fresh study {self.name!r} (the old one stays in the storage)")
 
     # -- bookkeeping over the study -------------------------------------------------------------
     def recover_interrupted(self) -> int:
@@ -133,13 +157,13 @@ class Tuner:
             t.start()
         try:
             self._feed(compiles, deadline)
+            self._end_gpu_threads(compiles, threads)
+            best = self._confirmed_best(workers[0])
         except BaseException:
             self._stop_now(pool, workers, compiles)
             raise
         finally:
-            compiles.close(len(threads))
-            for t in threads:
-                t.join(STOP_JOIN_S if self._stopping.is_set() else None)
+            self._end_gpu_threads(compiles, threads)
             for w in workers:
                 w.close()
             if pools:
@@ -149,7 +173,14 @@ class Tuner:
             if self._stopping.is_set():
                 self._requeue_in_flight()
         measured, _, _ = self.policy.counts()
-        return self.result(self._baseline, time.monotonic() - start, measured - measured_before)
+        return self.result(self._baseline, time.monotonic() - start, measured - measured_before, best=best)
+
+    def _end_gpu_threads(self, compiles: CompileQueue, threads: list[threading.Thread]) -> None:
+        """Tell the GPU threads still running that no more variants come, and wait for them."""
+        alive = [t for t in threads if t.is_alive()]
+        compiles.close(len(alive))
+        for t in alive:
+            t.join(STOP_JOIN_S if self._stopping.is_set() else None)
 
     def _feed(self, compiles: CompileQueue, deadline: float | None) -> None:
         asks = 0
@@ -284,6 +315,7 @@ class Tuner:
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         """Tell the policy (and so the study) the outcome, and print the run's progress."""
         self.policy.tell(trial, outcome)
+        self._measured_here.add(trial.number)
         self._progress(trial.number, outcome)
 
     def _progress(self, number: int, outcome: Outcome) -> None:
@@ -332,10 +364,59 @@ class Tuner:
         return load_space(self.problem.family).restrict(dict(self.problem.impl.baseline), dtype=self.problem.dtype,
                                                         args=self.problem.args)
 
+    # -- the winner, confirmed -------------------------------------------------------------------------
+    def _confirmed_best(self, worker: Worker) -> optuna.trial.FrozenTrial | None:
+        """The study's best trial once it holds with the code as it is now; None where no trial does.
+
+        A trial measured in this run was verified by the code the study is tied to, unless that code changed
+        during the run: then nothing of the run is trusted (a fresh study measures the new kernel next time). A
+        trial of an earlier run or another process is verified again here (the study's provenance cannot cover
+        everything a kernel depends on). With ``target_cc`` (a simulator run that writes the database) the winner
+        must also compile for that real target. A trial that fails is set aside (``SearchPolicy.set_aside``) and
+        the next best is tried, CONFIRM_TRIES times at most."""
+        now = provenance(self.problem, self.config.space_path)
+        if now.digest != self.provenance.digest:
+            self.report(f"the kernel changed during this run ({now.changes_from(self.provenance.parts)}): its "
+                        f"measurements may be of either version, so none is used; run again to measure the new "
+                        f"kernel in a fresh study")
+            return None
+        for _ in range(CONFIRM_TRIES):
+            best = self.policy.best_trial()
+            if best is None:
+                return None
+            problem, lasting = self._confirmation_problem(worker, best)
+            if problem is None:
+                return best
+            self.report(f"set aside #{best.number} {best.user_attrs['config']}: {problem}")
+            self.policy.set_aside(best.number, problem, lasting=lasting)
+        self.report(f"{CONFIRM_TRIES} best configurations in a row failed their confirmation; no winner this run")
+        return None
+
+    def _confirmation_problem(self, worker: Worker, best: optuna.trial.FrozenTrial) -> tuple[str | None, bool]:
+        """Why ``best`` cannot be the winner with the current code (None where it can), and whether that lasts
+        (a wrong result or a compile error does; a timeout or a crash of the process may not)."""
+        job = job_for(self.problem, best.user_attrs["config"], self.config.space_path)
+        if best.number not in self._measured_here:
+            self.report(f"checking #{best.number}, measured by an earlier run or another tuner, with the current "
+                        f"code")
+            m = worker.run(job)
+            if not m.ok:
+                return f"fails with the current code ({m.stage}: {m.reason[:300]})", m.stage in LASTING_STAGES
+        if self.config.target_cc:
+            cc = self.config.target_cc
+            self.report(f"compiling #{best.number} for {arch(cc)} with the real compiler (the simulator runs "
+                        f"kernels the compiler refuses)")
+            built = compile_for_target(job, cc, self.config.compile_timeout_s)
+            if not built.ok:
+                return f"does not compile for {arch(cc)} ({built.reason[:300]})", built.stage in LASTING_STAGES
+        return None, False
+
     # -- the outcome ---------------------------------------------------------------------------------
-    def result(self, baseline=None, elapsed: float = 0.0, measured_now: int = 0) -> TuneResult:
+    def result(self, baseline=None, elapsed: float = 0.0, measured_now: int = 0,
+               best: optuna.trial.FrozenTrial | None | object = ...) -> TuneResult:
+        """The run's result; ``best``: the confirmed winner (``_confirmed_best``), by default the study's best."""
         measured, failed, pruned = self.policy.counts()
-        best = self.policy.best_trial()
+        best = self.policy.best_trial() if best is ... else best
         failures = [f"#{t.number} {t.user_attrs.get('stage')}: {t.user_attrs.get('reason', '')[:160]}"
                     for t in self.study.get_trials(deepcopy=False, states=(TrialState.FAIL,))
                     if "stage" in t.user_attrs]

@@ -14,7 +14,7 @@ import signal
 import threading
 import time
 
-from .records import Job, Measurement
+from .records import CompileResult, Job, Measurement
 
 
 def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
@@ -49,6 +49,13 @@ def plain_numba_errors() -> None:
     that type inference raises and catches, each markup wrapping the standard streams through colorama anew: a
     measurable part of every compile. A child's errors are recorded as text, where escape codes are noise anyway."""
     os.environ["NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING"] = "1"
+
+
+def start_real_compiler_child(parent_pid: int) -> None:
+    """``start_child`` for a process that compiles with the real compiler although its parent runs the simulator:
+    the simulator is chosen when Numba is first imported, which in a freshly spawned child comes after this."""
+    os.environ.pop("NUMBA_ENABLE_CUDASIM", None)
+    start_child(parent_pid)
 
 
 STOP_WAIT_S = 10.0
@@ -87,8 +94,10 @@ class CompilePool(cf.ProcessPoolExecutor):
     waiting for them, as does ``stop()``. ``warm`` starts every process at once with ``warm_compiler``, instead of
     one by one as jobs come."""
 
-    def __init__(self, workers: int, warm: bool = False):
-        super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=start_child,
+    def __init__(self, workers: int, warm: bool = False, real_compiler: bool = False):
+        """``real_compiler``: the processes compile for real targets even where this process runs the simulator."""
+        super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"),
+                         initializer=start_real_compiler_child if real_compiler else start_child,
                          initargs=(os.getpid(),))
         self.stopped = False
         self._submitted: list[cf.Future] = []
@@ -123,6 +132,23 @@ class CompilePool(cf.ProcessPoolExecutor):
             process.terminate()
         if manager is not None:
             manager.join(STOP_WAIT_S)
+
+
+def compile_for_target(job: Job, cc: tuple[int, int], timeout_s: float) -> CompileResult:
+    """Compile one variant for the compute capability ``cc`` with the real compiler (PTX, then a cubin through
+    nvJitLink; no GPU needed) in a process of its own, so that a simulator run can prove what it writes builds
+    for a GPU; a failed CompileResult says why it does not, or that it took longer than ``timeout_s``."""
+    from .evaluate import compile_for
+
+    pool = CompilePool(1, real_compiler=True)
+    try:
+        return pool.submit(compile_for, job, cc).result(timeout=timeout_s)
+    except cf.TimeoutError:
+        return CompileResult(ok=False, stage="timeout", reason=f"compile took longer than {timeout_s:.0f} s")
+    except Exception as exc:  # the compile process itself died
+        return CompileResult(ok=False, stage="run", reason=f"compile process failed: {type(exc).__name__}: {exc}")
+    finally:
+        pool.stop()
 
 
 class CompilePools:
