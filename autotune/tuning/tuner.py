@@ -16,7 +16,6 @@ import importlib.util
 import os
 import random
 import socket
-import sys
 import threading
 import time
 import warnings
@@ -29,6 +28,7 @@ from optuna.trial import TrialState
 
 from ..core import backend
 from ..core.device import DeviceInfo
+from ..core.log import logger
 from ..core.problem import Problem
 from ..core.space import SearchSpace, config_key, load_space
 from ..core.timing import Timing
@@ -146,7 +146,7 @@ class Tuner:
         self.config = config
         self.device = device
         self.space = load_space(problem.family, config.space_path).for_dtype(problem.dtype, problem.args)
-        self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.report = report or logger.info
         self.name = name or study_name(problem, device)
         self.study = open_study(storage or open_storage(config, device, self.report), self.name,
                                 make_sampler(config.sampler, config.seed, config.startup_trials),
@@ -158,6 +158,7 @@ class Tuner:
         self._stopping = threading.Event()
         self._grid: Iterator[dict[str, Any]] | None = None
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
+        self._reasons: dict[str, int] = {}  # each failure reason reported in full once: the first trial with it
         self._rng = random.Random(config.seed)
         self._barren: set = set()  # first-parameter values random_valid found no valid configuration for
 
@@ -531,7 +532,8 @@ class Tuner:
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
         if not built.ok:
-            return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
+            return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s,
+                           detail=built.detail)
         resources = built.resources
         if resources:
             threads = self.problem.impl.threads(the_job.params)
@@ -541,7 +543,7 @@ class Tuner:
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
         m = worker.run(the_job)
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
-                       compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
+                       compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         for key, value in outcome.attrs().items():
@@ -562,8 +564,19 @@ class Tuner:
         if outcome.ok:
             what = f"{outcome.timing['median_ms']:.4g} ms {outcome.rate:.4g} {self.problem.unit}"
         else:
-            what = f"{outcome.stage}: {outcome.reason[:100]}"
+            what = self._failure_text(number, outcome)
         self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
+
+    def _failure_text(self, number: int, outcome: Outcome) -> str:
+        """A failed trial's reason, in full the first time it is seen in this run and as a reference to that trial
+        after (a template error fails every variant alike); its traceback at DEBUG (``-v``)."""
+        reason = f"{outcome.stage}: {outcome.reason or 'failed'}"
+        first = self._reasons.setdefault(reason, number)
+        if first != number:
+            return f"{outcome.stage}: the same failure as #{first}"
+        if outcome.detail:
+            logger.debug(outcome.detail)
+        return reason if len(reason) <= 400 else reason[:400] + "..."
 
     def _submit_seed(self, compiles: CompileQueue) -> None:
         """Queue the seed kernel's compile before any variant's: it compiles beside theirs, and a GPU thread times
