@@ -40,7 +40,7 @@ def covering(dtype, layout="nn"):
     # Every simulated thread is a Python thread and an emulated mma is two block barriers: tensor-core variants are
     # drawn with small blocks (each MMA value is still pinned once; test_fp64_tensor_core_variants has more).
     cheap = {"MMA": (0,), "BM": (16, 32, 64), "BN": (16, 32, 64)}
-    sample, _ = load_space("matmul").covering_sample(dtype=dtype, family={"layout": layout}, cheap=cheap)
+    sample, _ = load_space("matmul").covering_sample(dtype=dtype, args={"layout": layout}, cheap=cheap)
     return [c for c in sample if c["strategy"] == "tiled"]
 
 

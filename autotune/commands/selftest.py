@@ -38,7 +38,7 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
                 continue
             space = load_space(kind)
             cheap = _cheap(space) if small else None
-            sample, _ = space.covering_sample(dtype=dtype, family=impl.family_args(**args),
+            sample, _ = space.covering_sample(dtype=dtype, args=impl.family_args(**args),
                                               seed=int(rng.integers(1 << 30)), cheap=cheap)
             extras = [p for p in impl.selftest_extras()  # those that apply to dtype
                       if space.checked_or_none(p, dtype=dtype, args=impl.family_args(**args)) is not None]
