@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.device import current_device
+from ..core.log import logger
 from ..core.problem import Problem
 from ..core.space import load_space
 from ..runtime import arrays
@@ -79,11 +80,11 @@ def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
             jobs.append(job_for(problem, load_space(problem.family).validate(p, dtype=problem.dtype,
                                                                            args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
-    print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
+    logger.info(f"compiling {len(jobs)} kernels in {workers} processes")
     with CompilePool(workers) as pool:
         for result in pool.map(compile_variant, jobs):
             if not result.ok:
-                print(result.reason, file=sys.stderr)
+                logger.warning(result.reason)
 
 
 def measuring_arguments(argv: list[str]) -> list[str]:
@@ -105,12 +106,12 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
     folders = lookup_folders(db)
     missing = missing_optional()
     if missing:
-        print(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")", file=sys.stderr)
+        logger.warning(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")")
     flusher = L2Flusher()
     compile_ahead(problems, folders)
     sections, plot_data = [], []
     for problem in problems:
-        print(f"bench {problem.key}", file=sys.stderr, flush=True)
+        logger.info(f"bench {problem.key}")
         rows = bench_problem(problem, folders, flusher)
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))

@@ -16,6 +16,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.log import logger
 from ..runtime.db import DatabaseError, Entry, load_file, load_folder
 from ..tuning.records import Job, job_for
 
@@ -30,20 +31,23 @@ class WarmResult:
     reason: str = ""
 
 
-def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout) -> int:
-    """Compile the entries; 0 when all compiled, 1 when one failed, 3 without a GPU and without ``cc``."""
+def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout,
+         families: list[str] | None = None) -> int:
+    """Compile the entries (of ``families`` only, where given); 0 when all compiled, 1 when one failed, 3 without
+    a GPU and without ``cc``."""
     from ..core.device import current_device, device_slug, gpu_available
 
     if cc is None and not gpu_available():
-        print("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that compute "
-              "capability without one", file=sys.stderr)
+        logger.error("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that "
+                     "compute capability without one")
         return 3
     target = _parse_cc(cc) if cc else current_device().cc
     wanted = (lambda f: str(f.device.get("cc")) == f"{target[0]}.{target[1]}") if cc else \
         (lambda f: f.path.stem == device_slug(current_device().name))
-    entries = _entries(db, wanted)
+    entries = [e for e in _entries(db, wanted) if not families or e.problem.family in families]
     if not entries:
-        print(f"no database entries for {'compute capability ' + cc if cc else current_device().name}", file=out)
+        what = "compute capability " + cc if cc else current_device().name
+        print(f"no database entries for {what}" + (f" of {', '.join(families)}" if families else ""), file=out)
         return 0
     from ..tuning.worker import CompilePool
 
