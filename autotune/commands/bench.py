@@ -45,8 +45,9 @@ def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
             for name, p in problem.impl.seeds()]
 
 
-def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
-    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way."""
+def bench_problem(problem: Problem, folders: list[Path], flusher, simulator: bool = False) -> list[dict]:
+    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way (in the simulator: ours
+    only, checked and timed on the host clock)."""
     rng = np.random.default_rng()
     inst = Instance(problem, rng)
     params, note = choose(problem, folders)
@@ -57,10 +58,13 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
         if error:
             rows.append({"name": name, "error": error})
             continue
-        t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
-        res = ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
-        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
+        t = bench(lambda: inst.run(kernel, timing=True), flush=flusher, simulator=simulator)
+        res = None if simulator else ResourceReport.from_dispatcher(kernel.entry, current_device().cc)
+        rows.append({"name": name, "timing": t, "registers": res and res.registers, "local": res and res.stack_bytes,
+                     "params": p,
                      "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
+    if simulator:
+        return rows
     for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
             t = bench(call, flush=flusher)
@@ -101,18 +105,23 @@ def measuring_arguments(argv: list[str]) -> list[str]:
     return kept
 
 
-def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
+def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: bool = False) -> str:
+    """Bench ``problems``, print each one's table and write the report (and a plot) to ``out_dir``. With
+    ``simulator``: a dry run in the CUDA simulator (our kernels only, host-clock timings that mean nothing)."""
     device = current_device()
     folders = lookup_folders(db)
     missing = missing_optional()
-    if missing:
+    if simulator:
+        logger.info("SIMULATOR DRY RUN: our kernels are checked and timed in Numba's CUDA simulator on the CPU; "
+                    "timings are meaningless and no library is timed beside them.")
+    elif missing:
         logger.warning(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")")
-    flusher = L2Flusher()
+    flusher = None if simulator else L2Flusher()
     compile_ahead(problems, folders)
     sections, plot_data = [], []
     for problem in problems:
         logger.info(f"bench {problem.key}")
-        rows = bench_problem(problem, folders, flusher)
+        rows = bench_problem(problem, folders, flusher, simulator)
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)

@@ -246,6 +246,8 @@ def _bench_parser(sub, common, chosen: list) -> None:
     b.add_argument("--device", default="0", help="GPU index (default 0)")
     b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
     b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
+    b.add_argument("--simulator", action="store_true", help="dry run in Numba's CUDA simulator: the family's own "
+                   "kernels only, on its dry-run shape unless --shape, timings meaningless")
     b.set_defaults(run=run_bench)
 
 
@@ -536,14 +538,16 @@ def record_sweep(args, problems: list, config, device, pools) -> int:
 # -- bench, selftest, render, warm ---------------------------------------------------------------------------
 def run_bench(args) -> int:
     impl = chosen_one(args)
-    if not require_gpu(args, f"bench --family {command_spec(impl)}", dry_run=False):
+    if not require_gpu(args, f"bench --family {command_spec(impl)}"):
         return EXIT_NO_GPU
-    from numba import cuda
-
     from .bench import run_suite
 
-    cuda.select_device(_devices(args.device)[0])
-    run_suite(problems_of(args, impl, impl.suite), db=args.db, out_dir=args.out)
+    if not args.simulator:
+        from numba import cuda
+
+        cuda.select_device(_devices(args.device)[0])
+    suite = impl.dry_run_shapes if args.simulator and not args.shape else impl.suite
+    run_suite(problems_of(args, impl, suite), db=args.db, out_dir=args.out, simulator=args.simulator)
     return 0
 
 

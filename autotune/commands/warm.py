@@ -10,6 +10,7 @@ resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers d
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -56,7 +57,7 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
           flush=True)
     t0 = time.perf_counter()
     failed = newly_spilling = 0
-    with CompilePool(workers) as pool:
+    with _real_compiler(bool(cc)), CompilePool(workers) as pool:
         futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()
@@ -69,6 +70,19 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
               f"slower here; `autotune selftest --device 0` checks their results, re-tuning their shapes (--force) "
               f"finds variants that do not spill", file=out)
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _real_compiler(wanted: bool):
+    """With ``wanted`` (--cc): the compile processes started inside run the real compiler even where this process
+    runs in the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which spawned processes would inherit): compiling for a
+    compute capability is never simulated."""
+    saved = os.environ.pop("NUMBA_ENABLE_CUDASIM", None) if wanted else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = saved
 
 
 def spills_unlike_its_record(entry: Entry, result: WarmResult) -> bool:
