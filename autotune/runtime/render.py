@@ -68,8 +68,8 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
     except Exception as exc:  # Jinja's UndefinedError, or an error of Python code the template calls
         raise TemplateError(f"{_template_line(exc) or template}: rendering failed: {type(exc).__name__}: {exc}") \
             from None
-    source = fill_imports(source)
     try:
+        source = fill_imports(source)  # parses the source, so a syntax error may show here first
         compile(source, f"<autotune {family.name} {template}>", "exec")
     except SyntaxError as exc:
         line = (exc.text or "").strip()
