@@ -38,15 +38,24 @@ def named(argv: list[str]) -> list[str]:
 
 
 def preload(argv: list[str]) -> list[KernelFamily]:
-    """The families the command line names, loaded (ValueError with the reason for one that cannot be)."""
+    """The families the command line names, loaded, in its order (ValueError with the reason for one that cannot
+    be). A name may refer to a family that a path later on the line loads (``--family layernorm --family
+    ./my_layernorm``): names are resolved again after the others."""
+    specs = named(argv)
+    found: dict[str, KernelFamily] = {}
+    for attempt in range(2):
+        for spec in specs:
+            if spec in found:
+                continue
+            try:
+                found[spec] = resolve(spec)
+            except FamilyError as exc:
+                if attempt == 1:
+                    raise ValueError(str(exc)) from None
     chosen = []
-    for spec in named(argv):
-        try:
-            fam = resolve(spec)
-        except FamilyError as exc:
-            raise ValueError(str(exc)) from None
-        if fam not in chosen:
-            chosen.append(fam)
+    for spec in specs:
+        if found[spec] not in chosen:
+            chosen.append(found[spec])
     return chosen
 
 
@@ -147,9 +156,14 @@ def chosen_one(args: argparse.Namespace) -> KernelFamily:
 
 
 def chosen_all(args: argparse.Namespace) -> list[KernelFamily]:
-    """The families a command with a repeatable ``--family`` names (empty: none named)."""
+    """The families a command with a repeatable ``--family`` names, each once (empty: none named)."""
     specs = args.family if isinstance(args.family, list) else [args.family] if args.family else []
+    chosen = []
     try:
-        return [resolve(spec) for spec in specs]
+        for spec in specs:
+            fam = resolve(spec)
+            if fam not in chosen:
+                chosen.append(fam)
     except FamilyError as exc:
         raise ValueError(str(exc)) from None
+    return chosen
