@@ -474,3 +474,43 @@ def test_a_familys_functions_join_the_namespace_and_clashes_are_refused(tmp_path
         assert other in str(info.value)
     with pytest.raises(AttributeError, match="once it is registered"):
         autotune.no_such_function_anywhere
+
+
+def test_autotune_softmax_follows_numpys_formula_with_out_streams_and_replayed_plans(rng):
+    """autotune.softmax (the example family's function): any rank along the last axis against float64 NumPy on
+    fresh data; on device arrays with out= (poisoned first), a second call on the same arrays replays the plan
+    and reads their new contents; in place; the empty cases and what it refuses."""
+    from numba import cuda
+
+    register_family(str(SOFTMAX))
+
+    def expected(x):
+        x = x.astype(np.float64)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+        x = (4 * rng.standard_normal((2, 3, 37))).astype(np.float32)
+        y = autotune.softmax(x)
+        assert isinstance(y, np.ndarray) and y.dtype == np.float32 and np.allclose(y, expected(x), rtol=2e-6, atol=0)
+        d = cuda.to_device(x)
+        out = cuda.to_device(np.full(x.shape, np.nan, np.float32))
+        assert autotune.softmax(d, out=out, stream=0) is out
+        assert np.allclose(out.copy_to_host(), expected(x), rtol=2e-6, atol=0)
+        x2 = (4 * rng.standard_normal(x.shape)).astype(np.float32)
+        d.copy_to_device(x2)
+        out.copy_to_device(np.full(x.shape, np.nan, np.float32))
+        autotune.softmax(d, out=out)  # replayed: the same arrays, their new contents
+        assert np.allclose(out.copy_to_host(), expected(x2), rtol=2e-6, atol=0)
+        autotune.softmax(d, out=d)  # in place
+        assert np.allclose(d.copy_to_host(), expected(x2), rtol=2e-6, atol=0)
+        one = autotune.softmax(np.array([3.0, -np.inf, 1.0]))  # float64, one row; exp(-inf) is 0
+        assert one.dtype == np.float64 and np.allclose(one, expected(np.array([3.0, -np.inf, 1.0])))
+        assert autotune.softmax(np.zeros((0, 5), np.float32)).shape == (0, 5)
+        for call, error in ((lambda: autotune.softmax(x, axis=0), "along the last axis"),
+                            (lambda: autotune.softmax(x.astype(np.int32)), "takes float32, float64"),
+                            (lambda: autotune.softmax(np.ones((2, 0), np.float32)), "rows of length 0"),
+                            (lambda: autotune.softmax(np.asfortranarray(x[0])), "C-contiguous")):
+            with pytest.raises((ValueError, TypeError), match=error):
+                call()
