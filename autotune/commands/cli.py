@@ -61,7 +61,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     """The parsed command line: a family given as ``render``/``bench``'s first word read as ``--family``, the
     families it names loaded first (so that their own options exist)."""
     argv = rewritten(argv)
-    args = parser(preload_families(argv), argv).parse_args(argv)
+    args = parser(preload_families(argv)).parse_args(argv)
     args.argv = argv
     return args
 
@@ -113,8 +113,9 @@ def _verbosity() -> argparse.ArgumentParser:
     return common
 
 
-def parser(chosen: list | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The parser; ``chosen``: the families the command line names, loaded (``preload``)."""
+def parser(chosen: list | None = None) -> argparse.ArgumentParser:
+    """The parser; ``chosen``: the families the command line names, loaded (``preload_families``): a single
+    one's own arguments become options of the commands that take one family."""
     chosen = list(chosen or [])
     common = _verbosity()
     p = argparse.ArgumentParser(prog="autotune", parents=[common], description="Generate, tune and look up Numba "
