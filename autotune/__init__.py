@@ -9,18 +9,22 @@ families of your own.
     from autotune import get_best_kernel    # a kernel object for one shape
     k = get_best_kernel("reduce", (1 << 24,))
 
+A kernel family of your own (docs/families.md) is registered with ``register_family``; the NumPy-style functions
+it declares (``KernelFamily.functions``) then appear here too (``autotune.softmax(x)``), and ``autotune.toolkit``
+holds the pieces the built-in functions are made of (device arrays, streams, plans, the result pool).
+
 Imports are lazy so that ``autotune --simulator`` can switch Numba to its CUDA simulator before Numba loads.
 """
 FUNCTIONS = ("sum", "max", "min", "nanmax", "nanmin", "dot", "matmul")
 __all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "KernelFamily", "FamilyArg", "Kernel",
-           "Case", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
+           "Case", "Predicate", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
 __version__ = "0.2.0"
 
 _WHERE = {**{name: "functions" for name in FUNCTIONS},
           "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "runtime.lookup",
           "register_family": "core.registry", "KernelFamily": "core.family", "FamilyArg": "core.family",
-          "Kernel": "core.family", "Case": "core.family", "compare_exact": "core.oracle",
-          "compare_close": "core.oracle", "unwritten": "core.oracle"}
+          "Kernel": "core.family", "Case": "core.family", "Predicate": "core.constraints",
+          "compare_exact": "core.oracle", "compare_close": "core.oracle", "unwritten": "core.oracle"}
 
 
 def __getattr__(name):
@@ -31,4 +35,19 @@ def __getattr__(name):
 
         value = globals()[name] = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
         return value
-    raise AttributeError(name)
+    if name.startswith("__"):
+        raise AttributeError(name)
+    from .core.registry import function
+
+    found = function(name)  # a registered family's NumPy-style function; names cannot be taken twice
+    if found is None:
+        raise AttributeError(f"module 'autotune' has no attribute {name!r} (a kernel family's NumPy-style "
+                             f"functions appear here once it is registered: autotune.register_family(PATH))")
+    globals()[name] = found
+    return found
+
+
+def __dir__():
+    from .core.registry import function_names
+
+    return sorted({*globals(), *__all__, *function_names()})

@@ -93,10 +93,10 @@ def test_a_missing_folder_and_an_unreadable_file_are_reported_the_same_way_by_sh
         assert "broken.yaml" in out.stdout and "nvidia-h200.yaml" in out.stdout  # reported, and the rest shown
 
 
-def test_bench_without_a_gpu_says_so_without_suggesting_a_missing_option(tmp_path):
+def test_bench_without_a_gpu_says_so_and_suggests_a_dry_run_that_exists(tmp_path):
     out = cli("bench", "matmul", cwd=tmp_path, simulator=False)
     assert out.returncode == 3 and "no CUDA GPU is visible" in out.stderr
-    assert "--simulator" not in out.stderr.replace("selftest --simulator", "")
+    assert "autotune bench --family matmul --simulator" in out.stderr
 
 
 def test_a_bench_report_names_the_measuring_command_without_its_output_folder():
@@ -321,3 +321,136 @@ def test_where_results_go_is_checked_before_anything_is_measured(tmp_path, monke
                  str(tmp_path / "state"), option, str(tmp_path / "out"), *extra])
     err = capsys.readouterr().err
     assert code == 2 and re.search(message, err) and "nothing was measured" in err, err
+
+
+MINIMAL = ROOT / "tests" / "minimal_family"
+
+
+def test_a_family_given_by_path_goes_through_every_command_with_the_same_flag(tmp_path, monkeypatch, capsys):
+    """tests/minimal_family (a layernorm with a float argument, eps), named by its path with --family in every
+    command: tuned in the simulator into a database, rendered with its argument, benched in the simulator,
+    self-tested through its oracle, shown, checked, warmed for sm_90 with the real compiler, its studies listed;
+    each command's output says what it did for this family."""
+    from autotune.commands import cli as cli_module
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOTUNE_DB", raising=False)
+    family = ["--family", str(MINIMAL)]
+    space = tmp_path / "narrow.yaml"  # threads the simulator runs quickly
+    space.write_text("family: layernorm\nparams:\n  BLOCK: {values: [32, 64]}\n")
+
+    def run(*args) -> str:
+        code = cli_module.main([*args])
+        out = capsys.readouterr()
+        assert code == 0, f"autotune {' '.join(args)}:\n{out.out[-2000:]}\n{out.err[-2000:]}"
+        return out.out + out.err
+
+    text = run("tune", *family, "--simulator", "--shape", "3x41", "--eps", "0.001", "--trials", "2",
+               "--space", str(space), "--compile-workers", "1", "--write-db", "--db", "db")
+    entries = db.load_file(tmp_path / "db" / "cuda-simulator.yaml", strict=True).entries
+    assert [e.problem.key for e in entries] == ["layernorm/float32/0.001/3x41"] and "database: db" in text
+    assert "float32(0.5)" in run("render", *family, "-p", "BLOCK=64", "--eps", "0.5")
+    text = run("bench", *family, "--simulator", "--shape", "3x41", "--eps", "0.001", "--db", "db", "--out", "b")
+    report = (tmp_path / "b" / "cuda-simulator-layernorm-0.001.md").read_text()
+    assert "layernorm/float32/0.001/3x41" in report and "| autotune " in report and "| seed " in report
+    assert "0 failures" in run("selftest", *family, "--simulator")
+    assert "layernorm/float32/0.001/3x41" in run("show", *family, "--db", "db")
+    assert "ok   " in run("db", "check", *family, "--db", "db")
+    text = run("warm", "--cc", "9.0", *family, "--db", "db", "--jobs", "1")
+    assert "ok " in text and "1 of 1 compiled" in text and "registers" in text
+    assert "layernorm/float32/0.001/3x41@cuda-simulator" in run("studies", "list", *family)
+    with pytest.raises(SystemExit):
+        cli_module.main(["tune", *family, "--help"])
+    text = capsys.readouterr().out
+    assert "--eps FLOAT" in text and "BLOCK: 32 64 128* 256 512 1024" in text and "M x N" in text
+
+
+def test_the_fallback_hint_is_a_command_that_works_as_written(tmp_path, monkeypatch, capsys):
+    """A lookup with no entry warns at the caller's line and names a command that tunes exactly that problem
+    into the folder the lookup reads; run as written, it makes the same lookup exact."""
+    import re
+    import shlex
+    import warnings
+
+    import numpy as np
+
+    from autotune.commands import cli as cli_module
+    from autotune.core.registry import register_family
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("AUTOTUNE_DB", raising=False)
+    register_family(str(MINIMAL))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        get_best_kernel("layernorm", (3, 7), eps=0.25, db=tmp_path / "mine")
+    (warning,) = [w for w in caught if issubclass(w.category, TunedKernelWarning)]
+    assert warning.filename == __file__  # this test's line, not autotune's
+    command = shlex.split(re.search(r"`(autotune tune [^`]+)`", str(warning.message)).group(1))
+    assert command[3] == str(MINIMAL) and "--eps" in command and "0.25" in command and "--simulator" in command
+    assert cli_module.main(command[1:] + ["--trials", "1", "--compile-workers", "1"]) == 0
+    capsys.readouterr()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TunedKernelWarning)
+        kernel = get_best_kernel("layernorm", (3, 7), eps=0.25, db=tmp_path / "mine")
+    x = np.arange(21, dtype=np.float32).reshape(3, 7)
+    assert np.allclose(kernel(x), (x - x.mean(-1, keepdims=True)) / np.sqrt(x.var(-1, keepdims=True) + 0.25),
+                       atol=1e-5)
+
+
+def test_shapes_are_refused_in_the_familys_own_terms(tmp_path):
+    out = cli("tune", "--family", str(MINIMAL), "--simulator", "--shape", "3by41", "--no-db", "--state-dir",
+              str(tmp_path), cwd=tmp_path)
+    assert out.returncode == 2 and "layernorm: M x N: M rows of N" in out.stderr and "matmul" not in out.stderr
+
+
+def test_version_names_the_versions_and_the_replacements(tmp_path):
+    out = cli("--version", cwd=tmp_path)
+    assert out.returncode == 0
+    for name in ("autotune 0.", "numba 0.", "numba-cuda 0.", "CUDA driver:", "compile-time replacements"):
+        assert name in out.stdout, name
+
+
+def test_quiet_keeps_progress_off_and_verbose_adds_details(tmp_path):
+    args = ["render", "--family", "reduce", "-p", "BLOCK=32"]
+    assert cli(*args, "-q", cwd=tmp_path).stderr == ""
+    quiet = cli("tune", "--family", "reduce", "--simulator", "--shape", "33", "--trials", "1", "--no-db",
+                "--compile-workers", "1", "--state-dir", str(tmp_path), "-q", cwd=tmp_path)
+    assert quiet.returncode == 0 and "tuning reduce" not in quiet.stderr and "| reduce/float32" in quiet.stdout
+
+
+def test_studies_are_listed_shown_and_deleted_only_when_asked(tmp_path, capsys):
+    """Two studies in a state folder's journal: listed with their trials by state and fastest time, one shown
+    trial by trial, deleted by pattern only with --yes (without it they are listed and kept, exit 1)."""
+    import optuna
+
+    from autotune.commands import cli as cli_module
+    from autotune.tuning.storage import journal_path, open_journal
+
+    storage = open_journal(journal_path(tmp_path, "gpu-x"), print)
+    for name, values in (("reduce/float32/sum/all/1000@gpu-x", [3.0, 2.0]), ("matmul/float32/nn/8x8x8@gpu-x", [5.0])):
+        study = optuna.create_study(storage=storage, study_name=name)
+        for value in values:
+            trial = study.ask()
+            trial.suggest_int("BLOCK", 32, 64)
+            study.tell(trial, value)
+        failed = study.ask()
+        failed.set_user_attr("stage", "compile")
+        failed.set_user_attr("reason", "compile failed: something")
+        study.tell(failed, state=optuna.trial.TrialState.FAIL)
+
+    def run(*args):
+        code = cli_module.main(["studies", *args, "--state-dir", str(tmp_path)])
+        return code, capsys.readouterr().out
+
+    code, text = run("list")
+    assert code == 0 and "| reduce/float32/sum/all/1000@gpu-x | 2        | 1      |" in text and "| 2 " in text
+    code, text = run("show", "reduce/float32/sum/all/1000@gpu-x")
+    assert code == 0 and "2 measured, 1 failed" in text and "compile failed: something" in text
+    assert cli_module.main(["studies", "show", "nonexistent", "--state-dir", str(tmp_path)]) == 2
+    capsys.readouterr()
+    code, text = run("delete", "reduce/*")
+    assert code == 1 and "would delete reduce/float32/sum/all/1000@gpu-x" in text and "nothing deleted" in text
+    code, text = run("delete", "reduce/*", "--yes")
+    assert code == 0 and "deleted reduce/float32/sum/all/1000@gpu-x" in text
+    code, text = run("list")
+    assert "reduce/" not in text and "matmul/float32/nn/8x8x8@gpu-x" in text

@@ -305,3 +305,22 @@ def issues(opcode: str, ptx: str) -> bool:
     """Whether the PTX has an instruction (predicated or not, inline assembly's too) of this opcode; bar.red is a
     barrier, not a red."""
     return re.search(rf"(^|[;{{])\s*(@!?%p\d+\s+)?{opcode}\.", ptx, re.M) is not None
+
+
+def test_the_example_softmax_compiles_for_sm90_in_both_row_forms():
+    """The softmax example's GPU rendering (warp shuffles, vector loads and stores) compiles for sm_90: a warp per
+    row holding 256 floats in registers, and a 1024-thread block per row holding 32768 (launch bounds cap it at
+    64 registers: it must not spill), float64 streamed in two passes; every block launchable."""
+    configs = [["float32", {"ROW_MODE": "warp", "BLOCK": 128, "VEC": 4, "ITEMS": 2, "CACHE": "registers"}],
+               ["float32", {"ROW_MODE": "block", "BLOCK": 1024, "VEC": 4, "ITEMS": 8, "CACHE": "registers"}],
+               ["float64", {"ROW_MODE": "block", "BLOCK": 256, "VEC": 2, "ITEMS": 1, "CACHE": "none",
+                            "PASSES": "two_pass"}]]
+    proc = run_compiler_script("family_compile_sample.py", str(HERE.parent / "examples" / "softmax"),
+                               json.dumps(configs))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert len(results) == len(configs) and not [r for r in results if "error" in r], results
+    for r in results:
+        report = r["report"]
+        assert report["registers"] * r["params"]["BLOCK"] <= 65536, r
+        assert report["spill_stores"] + report["spill_loads"] == 0, r

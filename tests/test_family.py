@@ -92,14 +92,21 @@ def test_the_import_graph_has_no_cycles():
 
 
 def test_the_example_family_uses_only_the_public_api():
-    """examples/softmax imports from autotune only what autotune.__all__ exports."""
+    """examples/softmax imports from autotune only what autotune.__all__ and autotune.toolkit.__all__ export, and
+    every name of those exists."""
+    import autotune.toolkit
+
+    public = {"autotune": set(autotune.__all__), "autotune.toolkit": set(autotune.toolkit.__all__)}
     tree = ast.parse((SOFTMAX / "family.py").read_text())
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("autotune"):
-            assert node.module == "autotune", f"line {node.lineno}: imports from {node.module}"
-            assert {a.name for a in node.names} <= set(autotune.__all__), f"line {node.lineno}"
+            assert node.module in public, f"line {node.lineno}: imports from {node.module}"
+            assert {a.name for a in node.names} <= public[node.module], f"line {node.lineno}"
         if isinstance(node, ast.Import):
             assert not any(a.name.startswith("autotune.") for a in node.names), f"line {node.lineno}"
+    for module, names in public.items():
+        for name in names:
+            assert getattr(autotune if module == "autotune" else autotune.toolkit, name) is not None, name
 
 
 def test_registering_families_and_clear_errors(tmp_path):
@@ -114,7 +121,7 @@ def test_registering_families_and_clear_errors(tmp_path):
     (tmp_path / "broken.py").write_text("import nonexistent_module_xyz\n")
     with pytest.raises(FamilyError, match="importing the family failed: ModuleNotFoundError"):
         register_family(str(tmp_path / "broken.py"))
-    with pytest.raises(ValueError, match="unknown kernel kind 'conv'"):
+    with pytest.raises(ValueError, match="unknown kernel family 'conv'"):
         autotune.build_kernel("conv", {})
 
 
@@ -352,3 +359,185 @@ def test_the_example_familys_oracle_fails_a_wrong_kernel(rng):
 
     assert "rows with NaN and infinities" in inst.check(Wrong(lambda y: y))
     assert "error bound" in inst.check(Wrong(lambda y: y * (1 + 2e-5)))
+
+
+MINIMAL = ROOT / "tests" / "minimal_family"
+CONTRACT_FAMILIES = ["matmul", "reduce", str(SOFTMAX), str(MINIMAL)]
+
+
+@pytest.mark.parametrize("spec", CONTRACT_FAMILIES, ids=["matmul", "reduce", "softmax", "minimal"])
+def test_every_family_keeps_the_contract(spec, rng):
+    """One contract over every family (the built-in ones, the example, the tests' minimal one): what each method
+    and hook returns, a space whose starts, seed and defaults validate, templates that parse, an oracle that
+    passes the float64 reference and fails a wrong or unwritten output, and a cheap variant that passes it in the
+    simulator, called the way the tuner, the selftest and the NumPy-style functions call kernels."""
+    import inspect
+
+    from autotune.commands.selftest import plan_for
+    from autotune.core.family import Kernel, KernelFamily
+    from autotune.core.problem import Problem, parse_shape
+    from autotune.core.registry import resolve
+    from autotune.core.space import load_space
+    from autotune.runtime.build import build_kernel
+    from autotune.runtime.render import check_templates
+    from autotune.tuning.instance import Instance
+
+    impl = resolve(spec)
+    assert isinstance(impl, KernelFamily) and impl.name.isidentifier() and impl.summary and impl.shape_help
+    assert impl.dtypes and impl.dry_run_shapes and impl.unit in ("GB/s", "TFLOP/s")
+    check_templates(impl)
+    space = load_space(impl.name)
+    dtype, args = impl.dtypes[0], impl.family_args()
+    assert all(any(space.checked_or_none(s, dtype=d, args=args) is not None or
+                   space.checked_or_none(s, dtype=d, args={**args, **_args_for(impl, d)}) is not None
+                   for d in impl.dtypes) for s in space.starts), "a start is valid for no dtype"
+    for text in (*impl.suite, *impl.dry_run_shapes):
+        problem = Problem(impl.name, parse_shape(text, impl), dtype, args)
+        assert problem.work > 0 and all(isinstance(n, int) for n in problem.out_shape)
+        space.validate(impl.default_params(problem), dtype=dtype, args=problem.args)
+    if impl.baseline:
+        space.restrict(dict(impl.baseline), dtype=dtype, args=args)
+    for case_dtype, case_args, shapes in impl.selftest_cases(small=False):
+        assert case_dtype in impl.dtypes and shapes
+        for shape in shapes:
+            Problem(impl.name, shape, case_dtype, case_args)
+    assert all(isinstance(p, dict) for p in impl.selftest_extras())
+    functions = impl.functions()
+    assert all(name.isidentifier() and callable(fn) for name, fn in functions.items())
+    for name in functions:
+        assert getattr(autotune, name) is functions[name]
+
+    (kind, dtype, case_args, shapes, variants), = plan_for([impl.name], [dtype], True, rng)[:1]
+    problem = Problem(impl.name, shapes[0], dtype, case_args)
+    inst = Instance(problem, rng)
+    for host in inst.check_host + inst.time_host:
+        assert np.count_nonzero(host) > 0  # never zeros
+    case = inst.cases[0][0]
+    assert [np.array_equal(a, b, equal_nan=True) for a, b in zip(case.inputs, inst.check_host)] == \
+        [True] * len(case.inputs)
+    if case.expected is not None:
+        expected = np.asarray(case.expected, dtype=np.float64).astype(problem.out_dtype)
+        assert impl.verify(problem, case, expected.copy(), rng) is None
+        wrong = expected.astype(np.float64) * 1.01 + 1
+        assert impl.verify(problem, case, wrong.astype(problem.out_dtype), rng)
+        if np.dtype(problem.out_dtype).kind == "f":
+            assert "not written" in impl.verify(problem, case, np.full_like(expected, np.nan), rng)
+    kernel = build_kernel(impl.name, variants[0], dtype, **case_args)
+    assert isinstance(kernel, Kernel) and isinstance(kernel.signature, str) and kernel.entry is not None
+    assert {"out", "stream"} <= set(inspect.signature(kernel.__call__).parameters)
+    assert inst.check(kernel) is None, variants[0]
+    inst.poison()
+    plan = kernel.bind(*inst.check_args, out=inst.out, stream=None)
+    assert plan() is not None and impl.verify(problem, case, arrays_host(inst.out), rng) is None
+
+
+def _args_for(impl, dtype) -> dict:
+    """Arguments under which a dtype is computed (matmul's float32 starts on the tensor cores need a precision)."""
+    return {"precision": "tf32"} if any(a.name == "precision" for a in impl.args) and dtype == "float32" else {}
+
+
+def arrays_host(d):
+    from autotune.runtime.arrays import device_to_host
+
+    return device_to_host(d)
+
+
+def test_template_errors_name_the_file_and_line_and_stop_a_tuning_run_once(tmp_path):
+    """A template that does not parse is refused with its file and line by render, and by tune before its first
+    variant (one message, no trial); one that renders a name its context lacks names the line it is used on."""
+    folder = tmp_path / "brokenfam"
+    folder.mkdir()
+    (folder / "__init__.py").write_text(TINY_FAMILY.replace('name = "scale"', 'name = "brokenscale"'))
+    (folder / "scale.yaml").write_text("family: brokenscale\nparams:\n  BLOCK: {values: [32, 64]}\n")
+    lines = TINY_TEMPLATE.splitlines()
+    lines[3] = "{{ c.jit(BLOCK) }"  # line 4: an unclosed expression
+    (folder / "brokenscale.py.j2").write_text("\n".join(lines) + "\n")
+    for args in (["render", "--family", str(folder), "-p", "BLOCK=32"],
+                 ["tune", "--family", str(folder), "--simulator", "--no-db", "--state-dir", str(tmp_path / "s")]):
+        out = run_cli(args, tmp_path)
+        assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr
+        assert f"{folder / 'brokenscale.py.j2'}:4: template syntax error" in out.stderr, out.stderr
+        assert out.stderr.count("template syntax error") == 1 and "#0" not in out.stderr + out.stdout
+    lines[3] = "{{ c.jit(BLOCKS) }}"
+    (folder / "brokenscale.py.j2").write_text("\n".join(lines) + "\n")
+    out = run_cli(["render", "--family", str(folder), "-p", "BLOCK=32"], tmp_path)
+    assert out.returncode == 2 and f"{folder / 'brokenscale.py.j2'}:4" in out.stderr, out.stderr
+    assert "rendering failed: UndefinedError: 'BLOCKS' is undefined" in out.stderr
+
+
+def test_number_arguments_parse_within_their_bounds_and_key_their_problems():
+    """A float argument (the minimal family's eps) takes numbers and their text, refuses what is out of bounds,
+    not finite or no number, and each value is a problem of its own; kind needs choices or a number kind."""
+    from autotune import FamilyArg
+    from autotune.core.problem import Problem
+
+    register_family(str(ROOT / "tests" / "minimal_family"))
+    eps = FamilyArg("eps", (), 1e-5, kind=float, bounds=(0.0, 1.0))
+    assert eps.parse("0.25") == 0.25 and eps.parse(1) == 1.0 and eps.parse(np.float32(0.5)) == 0.5
+    for bad in ("-0.1", 2, "nan", "inf", "abc", None, True):
+        with pytest.raises(ValueError, match="is not a finite float in"):
+            eps.parse(bad)
+    count = FamilyArg("n", (), 4, kind=int, bounds=(1, None))
+    assert count.parse("8") == 8 and count.parse(3.0) == 3
+    with pytest.raises(ValueError, match="is not an integer in"):
+        count.parse(2.5)
+    with pytest.raises(TypeError, match="choices, or kind=int or kind=float"):
+        FamilyArg("x")
+    a, b = Problem("layernorm", (4, 8), "float32", {"eps": 0.5}), Problem("layernorm", (4, 8), "float32", {})
+    assert a.key == "layernorm/float32/0.5/4x8" and b.key == "layernorm/float32/1e-05/4x8"
+
+
+def test_a_familys_functions_join_the_namespace_and_clashes_are_refused(tmp_path):
+    """autotune.<name> is a registered family's function; a function named like autotune's own or like another
+    family's is refused at registration, naming both."""
+    register_family(str(SOFTMAX))
+    assert autotune.softmax is register_family(str(SOFTMAX)).functions()["softmax"]
+    assert "softmax" in dir(autotune)
+    for name, other in (("sum", "autotune.sum"), ("toolkit", "autotune.toolkit"), ("softmax", "'softmax'")):
+        (tmp_path / f"clash_{name}.py").write_text(TINY_FAMILY.replace('name = "scale"', f'name = "clash_{name}"') +
+                                                   f"\n    def functions(self):\n        return {{{name!r}: print}}\n")
+        with pytest.raises(FamilyError, match=f"declares a function {name!r}") as info:
+            register_family(str(tmp_path / f"clash_{name}.py"))
+        assert other in str(info.value)
+    with pytest.raises(AttributeError, match="once it is registered"):
+        autotune.no_such_function_anywhere
+
+
+def test_autotune_softmax_follows_numpys_formula_with_out_streams_and_replayed_plans(rng):
+    """autotune.softmax (the example family's function): any rank along the last axis against float64 NumPy on
+    fresh data; on device arrays with out= (poisoned first), a second call on the same arrays replays the plan
+    and reads their new contents; in place; the empty cases and what it refuses."""
+    from numba import cuda
+
+    register_family(str(SOFTMAX))
+
+    def expected(x):
+        x = x.astype(np.float64)
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+        x = (4 * rng.standard_normal((2, 3, 37))).astype(np.float32)
+        y = autotune.softmax(x)
+        assert isinstance(y, np.ndarray) and y.dtype == np.float32 and np.allclose(y, expected(x), rtol=2e-6, atol=0)
+        d = cuda.to_device(x)
+        out = cuda.to_device(np.full(x.shape, np.nan, np.float32))
+        assert autotune.softmax(d, out=out, stream=0) is out
+        assert np.allclose(out.copy_to_host(), expected(x), rtol=2e-6, atol=0)
+        x2 = (4 * rng.standard_normal(x.shape)).astype(np.float32)
+        d.copy_to_device(x2)
+        out.copy_to_device(np.full(x.shape, np.nan, np.float32))
+        autotune.softmax(d, out=out)  # replayed: the same arrays, their new contents
+        assert np.allclose(out.copy_to_host(), expected(x2), rtol=2e-6, atol=0)
+        autotune.softmax(d, out=d)  # in place
+        assert np.allclose(d.copy_to_host(), expected(x2), rtol=2e-6, atol=0)
+        one = autotune.softmax(np.array([3.0, -np.inf, 1.0]))  # float64, one row; exp(-inf) is 0
+        assert one.dtype == np.float64 and np.allclose(one, expected(np.array([3.0, -np.inf, 1.0])))
+        assert autotune.softmax(np.zeros((0, 5), np.float32)).shape == (0, 5)
+        for call, error in ((lambda: autotune.softmax(x, axis=0), "along the last axis"),
+                            (lambda: autotune.softmax(x.astype(np.int32)), "takes float32, float64"),
+                            (lambda: autotune.softmax(np.ones((2, 0), np.float32)), "rows of length 0"),
+                            (lambda: autotune.softmax(np.asfortranarray(x[0])), "C-contiguous")):
+            with pytest.raises((ValueError, TypeError), match=error):
+                call()

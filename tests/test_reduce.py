@@ -92,7 +92,7 @@ def test_axis_spellings_name_one_problem():
     from autotune.core.problem import Problem
 
     assert Problem("reduce", (4, 5), "float32", {"axis": -1}).key == Problem("reduce", (4, 5), "float32", {"axis": 1}).key
-    assert Problem("reduce", (4, 5), "float32", {"axis": -2}).family["axis"] == 0
+    assert Problem("reduce", (4, 5), "float32", {"axis": -2}).args["axis"] == 0
     assert Problem("reduce", (3, 4, 5), "float32", {"axis": 1}).key == "reduce/float32/sum/axis-2/3x4x5"
     with pytest.raises(ValueError, match="3-D shape"):
         Problem("reduce", (4,), "float32", {"axis": -2})

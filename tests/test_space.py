@@ -78,7 +78,7 @@ def test_injection_never_reaches_the_source():
 
 
 def test_unknown_kind_and_dtype():
-    with pytest.raises(ValueError, match="unknown kernel kind 'conv'"):
+    with pytest.raises(ValueError, match="unknown kernel family 'conv'"):
         build_kernel("conv", {})
     with pytest.raises(ValueError, match="dtype 'int32' is not supported"):
         build_kernel("matmul", {}, dtype="int32")

@@ -722,3 +722,32 @@ def test_a_simulator_run_writes_only_what_compiles_for_a_real_gpu(tmp_path, monk
     assert code == 1, err
     assert "#0 " in err and "does not compile for sm_90a" in err, err
     assert not (tmp_path / "db" / "cuda-simulator.yaml").exists()
+
+
+def test_a_failure_every_variant_shares_is_reported_in_full_once_with_its_traceback_at_debug(tmp_path, monkeypatch,
+                                                                                            caplog):
+    """A template that renders broken Python for every configuration fails each variant alike: the first trial's
+    line gives the reason (the template and the rendered line), later ones refer to it; the traceback is logged
+    at DEBUG (``-v``)."""
+    import logging
+
+    templates = tmp_path / "templates"
+    templates.mkdir()
+    (templates / "reduce.py.j2").write_text('{%- import "_common.j2" as c with context -%}\n'
+                                            '{{ c.header("reduce.py.j2") }}\nthis line is not Python\n')
+    monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(templates))
+    space = tmp_path / "space.yaml"
+    space.write_text((HERE / "faulty_space.yaml").read_text().replace("[32, 64, 128, 256, 512]", "[32, 64, 128]"))
+    config = TuneConfig(trials=3, sampler="grid", state_dir=tmp_path, space_path=str(space), compile_workers=1,
+                        baseline=False)
+    lines = []
+    with caplog.at_level(logging.DEBUG, logger="autotune"):
+        result = Tuner(Problem("reduce", (37,), "float32", {"op": "sum"}), config, current_device(),
+                       report=lines.append).run()
+    assert (result.measured, result.failed) == (0, 3)
+    failures = [line for line in lines if " compile: " in line]
+    assert len(failures) == 3, lines
+    assert "reduce.py.j2 rendered Python that does not compile" in failures[0] and "this line is not" in failures[0]
+    first = int(failures[0].split(" #")[1].split()[0])
+    assert all(f"the same failure as #{first}" in line for line in failures[1:])
+    assert any("Traceback" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from ..core.device import current_device
+from ..core.log import logger
 from ..core.problem import Problem
 from ..core.space import load_space
 from ..runtime import arrays
@@ -44,8 +45,9 @@ def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
             for name, p in problem.impl.seeds()]
 
 
-def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
-    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way."""
+def bench_problem(problem: Problem, folders: list[Path], flusher, simulator: bool = False) -> list[dict]:
+    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way (in the simulator: ours
+    only, checked and timed on the host clock)."""
     rng = np.random.default_rng()
     inst = Instance(problem, rng)
     params, note = choose(problem, folders)
@@ -56,10 +58,13 @@ def bench_problem(problem: Problem, folders: list[Path], flusher) -> list[dict]:
         if error:
             rows.append({"name": name, "error": error})
             continue
-        t = bench(lambda: inst.run(kernel, timing=True), flush=flusher)
-        res = resources_here(kernel)
-        rows.append({"name": name, "timing": t, "registers": res.registers, "local": res.stack_bytes, "params": p,
+        t = bench(lambda: inst.run(kernel, timing=True), flush=flusher, simulator=simulator)
+        res = None if simulator else resources_here(kernel)
+        rows.append({"name": name, "timing": t, "registers": res and res.registers, "local": res and res.stack_bytes,
+                     "params": p,
                      "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
+    if simulator:
+        return rows
     for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
             t = bench(call, flush=flusher)
@@ -79,11 +84,11 @@ def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
             jobs.append(job_for(problem, load_space(problem.family).validate(p, dtype=problem.dtype,
                                                                            args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
-    print(f"compiling {len(jobs)} kernels in {workers} processes", file=sys.stderr, flush=True)
+    logger.info(f"compiling {len(jobs)} kernels in {workers} processes")
     with CompilePool(workers) as pool:
         for result in pool.map(compile_variant, jobs):
             if not result.ok:
-                print(result.reason, file=sys.stderr)
+                logger.warning(result.reason)
 
 
 def measuring_arguments(argv: list[str]) -> list[str]:
@@ -100,18 +105,23 @@ def measuring_arguments(argv: list[str]) -> list[str]:
     return kept
 
 
-def run_suite(problems: list[Problem], db: str | None, out_dir: str) -> str:
+def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: bool = False) -> str:
+    """Bench ``problems``, print each one's table and write the report (and a plot) to ``out_dir``. With
+    ``simulator``: a dry run in the CUDA simulator (our kernels only, host-clock timings that mean nothing)."""
     device = current_device()
     folders = lookup_folders(db)
     missing = missing_optional()
-    if missing:
-        print(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")", file=sys.stderr)
-    flusher = L2Flusher()
+    if simulator:
+        logger.info("SIMULATOR DRY RUN: our kernels are checked and timed in Numba's CUDA simulator on the CPU; "
+                    "timings are meaningless and no library is timed beside them.")
+    elif missing:
+        logger.warning(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")")
+    flusher = None if simulator else L2Flusher()
     compile_ahead(problems, folders)
     sections, plot_data = [], []
     for problem in problems:
-        print(f"bench {problem.key}", file=sys.stderr, flush=True)
-        rows = bench_problem(problem, folders, flusher)
+        logger.info(f"bench {problem.key}")
+        rows = bench_problem(problem, folders, flusher, simulator)
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))
         print(sections[-1] + "\n", flush=True)

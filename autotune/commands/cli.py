@@ -3,15 +3,17 @@
     autotune matmul --device 0 [--shape 4096x4096x4096 ...]    tune matrix products, write tuned_db/<gpu-model>.yaml
     autotune reduce --device 0 --op sum --shape 268435456      tune reductions
     autotune tune --family examples/softmax --shape 4096x4096  tune any kernel family, a file of your own too
-    autotune bench matmul|reduce|FAMILY --device 0             tuned vs cuBLAS/CuPy/torch and the seed kernels
+    autotune bench --family matmul --device 0                  tuned vs cuBLAS/CuPy/torch and the seed kernels
     autotune selftest --device 0                               correctness of every parameter value on the GPU
-    autotune render FAMILY -p NAME=VALUE ...                   print a variant's generated source
+    autotune render --family FAMILY -p NAME=VALUE ...          print a variant's generated source
     autotune warm [--cc 9.0 [--ship [--check]]]                compile the database's kernels ahead
     autotune show / db check / db merge OTHER.yaml             the tuned database
+    autotune studies list / show / delete                      the tuning studies kept in a state folder
+    autotune --version                                         versions and the compile-time replacements
 
-Heavy imports happen after the arguments are read: ``--simulator`` must switch Numba to its CUDA simulator
-before Numba is first imported. A family given as a path (``--family PATH``, or ``render PATH``/``bench PATH``) is
-loaded before the arguments are parsed, so that its own arguments become options.
+Every command that takes a family takes it as ``--family NAME|PATH`` (commands/family_option.py). Heavy imports
+happen after the arguments are read: ``--simulator`` must switch Numba to its CUDA simulator before Numba is first
+imported. Messages go through the ``autotune`` logger (core/log.py): ``-v`` shows more, ``-q`` less.
 """
 from __future__ import annotations
 
@@ -23,9 +25,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..core.registry import BUILTIN, FamilyError, known, register_family
+from ..core.log import configure as configure_logging
+from ..core.log import logger
+from ..core.registry import BUILTIN, command_spec
 from ..core.registry import family as family_named
 from ..tuning.records import COMPILE_TIMEOUT_S
+from .family_option import add_family_option, chosen_all, chosen_one, family_flags, family_values, preload, rewritten
 
 SUITE_TIME_LIMIT_S = 800.0  # a family's standard suite is tuned within about 14 minutes unless told otherwise
 MIN_SHAPE_S = 30.0  # under a time limit, each shape still gets this long
@@ -40,9 +45,8 @@ def main(argv: list[str] | None = None) -> int:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # small grids are deliberate here
     try:
-        aliases = preload_families(argv)
-        args = parser(aliases, argv).parse_args(argv)
-        args.argv = argv
+        args = parse(argv)
+        configure_logging(getattr(args, "verbose", 0), getattr(args, "quiet", 0))
         return args.run(args)
     except KeyboardInterrupt:
         return _interrupted()
@@ -51,6 +55,15 @@ def main(argv: list[str] | None = None) -> int:
             return _interrupted()
         print(f"autotune: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The parsed command line: a family given as ``render``/``bench``'s first word read as ``--family``, the
+    families it names loaded first (so that their own options exist)."""
+    argv = rewritten(argv)
+    args = parser(preload_families(argv)).parse_args(argv)
+    args.argv = argv
+    return args
 
 
 def _interrupted() -> int:
@@ -71,89 +84,69 @@ def _raised_while_interrupted(exc: BaseException) -> bool:
     return False
 
 
-def preload_families(argv: list[str]) -> dict[str, list[str]]:
-    """Register the families the command line names by path or module (``--family X``, ``render X``,
-    ``bench X``) and return, per family name, the spellings used, which the parser accepts as aliases."""
-    named = [argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--family", "--kind")]
-    named += [a.split("=", 1)[1] for a in argv if a.startswith(("--family=", "--kind="))]
-    if len(argv) > 1 and argv[0] in ("render", "bench") and not argv[1].startswith("-"):
-        named.append(argv[1])
-    aliases: dict[str, list[str]] = {}
-    for spec in named:
-        if spec in known():
-            continue
-        try:
-            fam = register_family(spec)
-        except FamilyError as exc:
-            raise ValueError(str(exc)) from None
-        aliases.setdefault(fam.name, []).append(spec)
-    return aliases
+def preload_families(argv: list[str]) -> list:
+    """The families ``argv`` names (``--family NAME|PATH``, or ``render``/``bench``'s first word), loaded."""
+    return preload(rewritten(argv))
 
 
 # -- the parser ---------------------------------------------------------------------------------------
-def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None = None) -> argparse.ArgumentParser:
-    aliases = aliases or {}
-    p = argparse.ArgumentParser(prog="autotune", description="Generate, tune and look up Numba CUDA kernels: "
-                                "matrix products, reductions, and kernel families of your own.")
+class _Version(argparse.Action):
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS,
+                         help="print autotune's version, numba's, numba-cuda's and CUDA's, and which compile-time "
+                              "replacements of numba-cuda are active, then exit")
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        from .version import version_report
+
+        print(version_report())
+        parser.exit()
+
+
+def _verbosity() -> argparse.ArgumentParser:
+    """-v and -q, accepted before and after the command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS,
+                        help="more messages (-v: details such as the tracebacks of failed variants)")
+    common.add_argument("-q", "--quiet", action="count", default=argparse.SUPPRESS,
+                        help="fewer messages (-q: warnings and errors only; -qq: errors only)")
+    return common
+
+
+def parser(chosen: list | None = None) -> argparse.ArgumentParser:
+    """The parser; ``chosen``: the families the command line names, loaded (``preload_families``): a single
+    one's own arguments become options of the commands that take one family."""
+    chosen = list(chosen or [])
+    common = _verbosity()
+    p = argparse.ArgumentParser(prog="autotune", parents=[common], description="Generate, tune and look up Numba "
+                                "CUDA kernels: matrix products, reductions, and kernel families of your own.")
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(required=True, metavar="COMMAND")
     for name in TUNING:
         impl = family_named(name)
         help_text = f"tune {impl.summary or name}"
-        t = sub.add_parser(name, help=help_text, description=f"{help_text} on the attached GPU; the winners go to the "
-                           "tuned database. Without --shape, the standard suite: " + ", ".join(impl.suite) + ".")
-        _family_flags(t, impl)
-        _tune_args(t)
-        t.set_defaults(run=run_tune, kind=name, command=name)
-    chosen = _chosen_family(aliases, argv or [])
-    t = sub.add_parser("tune", help="tune any kernel family (a built-in one or your own: --family PATH)",
-                       description="Tune a kernel family: a built-in one by name, or your own from a Python file or "
-                       "folder (its template and search space beside it), a module, or an installed package.")
-    t.add_argument("--family", required=True, metavar="NAME|PATH", help="the family: " + ", ".join(known()) +
-                   ", or a path to your own")
-    if chosen is not None:
-        _family_flags(t, chosen)
-    _tune_args(t)
-    t.set_defaults(run=run_tune, kind=chosen.name if chosen else None, command="tune")
-    _bench_parser(sub, aliases)
-    _selftest_parser(sub)
-    _render_parser(sub, aliases)
-    _warm_parser(sub)
-    _replay_parser(sub)
-    _db_parsers(sub)
+        t = sub.add_parser(name, parents=[common], help=help_text, description=f"{help_text} on the attached GPU; "
+                           "the winners go to the tuned database. Without --shape, the standard suite: "
+                           + ", ".join(impl.suite) + f". The same as `autotune tune --family {name}`.")
+        family_flags(t, impl)
+        _tune_args(t, impl)
+        t.set_defaults(run=run_tune, family=name, command=name)
+    one = chosen[:1]
+    t = sub.add_parser("tune", parents=[common], help="tune any kernel family (a built-in one or your own: "
+                       "--family PATH)", description="Tune a kernel family: a built-in one by name, or your own "
+                       "from a Python file or folder (its template and search space beside it), a module, or an "
+                       "installed package.")
+    add_family_option(t, one, what="the family to tune", required=True, arguments=True)
+    _tune_args(t, one[0] if one else None)
+    t.set_defaults(run=run_tune, command="tune")
+    _bench_parser(sub, common, one)
+    _selftest_parser(sub, common, chosen)
+    _render_parser(sub, common, one)
+    _warm_parser(sub, common, chosen)
+    _replay_parser(sub, common)
+    _db_parsers(sub, common, chosen)
+    _studies_parser(sub, common, chosen)
     return p
-
-
-def _chosen_family(aliases: dict[str, list[str]], argv: list[str]):
-    """The family of a `tune --family X` command line, once preloaded (None while parsing for help)."""
-    for i, a in enumerate(argv[:-1]):
-        if a == "--family":
-            return _family_or_none(argv[i + 1], aliases)
-    for a in argv:
-        if a.startswith("--family="):
-            return _family_or_none(a.split("=", 1)[1], aliases)
-    return None
-
-
-def _family_or_none(spec: str, aliases: dict[str, list[str]]):
-    for name, spellings in aliases.items():
-        if spec in spellings:
-            return family_named(name)
-    try:
-        return family_named(spec)
-    except FamilyError:
-        return None
-
-
-def _family_flags(p: argparse.ArgumentParser, impl) -> None:
-    """One option per family argument, e.g. --layout, --op, --axis, with its allowed values."""
-    for arg in impl.args:
-        choices = [str(arg.text(c)) for c in arg.choices]
-        p.add_argument(f"--{arg.name.replace('_', '-')}", dest=f"arg_{arg.name}", default=str(arg.text(arg.default)),
-                       choices=choices, help=f"{impl.name}: {arg.help} (default {arg.text(arg.default)})")
-
-
-def _family_values(args, impl) -> dict:
-    return {a.name: a.parse(getattr(args, f"arg_{a.name}", str(a.text(a.default)))) for a in impl.args}
 
 
 def _positive_int(text: str) -> int:
@@ -194,10 +187,15 @@ def _dtype_arg(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", help="element type (default float32; the family says which it has)")
 
 
-def _tune_args(p: argparse.ArgumentParser) -> None:
+def _shape_arg(p: argparse.ArgumentParser, impl, default: str) -> None:
+    form = impl.shape_help if impl is not None and impl.shape_help else "dimensions joined by x"
     p.add_argument("--shape", action="append", metavar="SHAPE",
-                   help="problem shape, e.g. MxNxK for matmul, N or MxN for reduce (repeatable; default: the "
-                        "family's standard suite)")
+                   help=f"problem shape: {form}" + (f" (e.g. {impl.suite[0]})" if impl is not None and impl.suite
+                                                    else "") + f" (repeatable; default: {default})")
+
+
+def _tune_args(p: argparse.ArgumentParser, impl=None) -> None:
+    _shape_arg(p, impl, "the family's standard suite")
     _dtype_arg(p)
     p.add_argument("--device", default="0", help="GPU index, or several: 0,1 (one worker per GPU, one study)")
     p.add_argument("--trials", type=_positive_int, help="measured variants per shape (default 60; 6 in the simulator)")
@@ -238,63 +236,34 @@ def _tune_args(p: argparse.ArgumentParser) -> None:
                         "written")
 
 
-def _family_subparsers(sub, command: str, aliases: dict[str, list[str]], help_text: str, description: str):
-    """A sub-command per known family under ``command`` (``render matmul``, ``render examples/softmax``)."""
-    p = sub.add_parser(command, help=help_text, description=description)
-    families = p.add_subparsers(required=True, metavar="FAMILY", dest="family_name")
-    made = []
-    for name in known():
-        impl = family_named(name)
-        f = families.add_parser(name, aliases=aliases.get(name, []), help=f"{name} ({impl.source or 'built in'})",
-                                description=description, epilog=_parameters_text(impl),
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
-        _family_flags(f, impl)
-        f.set_defaults(kind=name)
-        made.append(f)
-    return p, made
+def _bench_parser(sub, common, chosen: list) -> None:
+    b = sub.add_parser("bench", parents=[common], help="time tuned kernels against vendor libraries and the seed "
+                       "kernels", description="Time the tuned kernels next to the library calls that compute the "
+                       "same (CuPy, PyTorch: pip install \"autotune[bench]\") and the seed kernels, in one process; "
+                       "write a Markdown table and a plot per family, arguments and dtype. `autotune bench matmul` "
+                       "is short for `autotune bench --family matmul`.")
+    add_family_option(b, chosen, what="the family to bench", required=True, arguments=True)
+    _shape_arg(b, chosen[0] if chosen else None, "the family's standard suite")
+    _dtype_arg(b)
+    b.add_argument("--device", default="0", help="GPU index (default 0)")
+    b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
+    b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
+    b.add_argument("--simulator", action="store_true", help="dry run in Numba's CUDA simulator: the family's own "
+                   "kernels only, on its dry-run shape unless --shape, timings meaningless")
+    b.set_defaults(run=run_bench)
 
 
-def _parameters_text(impl) -> str:
-    """The family's template parameters with their allowed values, for --help."""
-    try:
-        from ..core.space import load_space
-
-        space = load_space(impl.name)
-    except Exception as exc:  # a broken space must not break --help
-        return f"(the search space of {impl.name} cannot be read: {exc})"
-    lines = [f"parameters of {impl.name} (-p NAME=VALUE; left out: the default, marked *):"]
-    for param in space.params.values():
-        values = " ".join(f"{v}*" if v == param.default else str(v) for v in param.values)
-        where = f"  [where {' and '.join(f'{k} in {list(v)}' for k, v in param.when.items())}]" if param.when else ""
-        lines.append(f"  {param.name}: {values}{where}")
-    return "\n".join(lines)
-
-
-def _bench_parser(sub, aliases) -> None:
-    _, made = _family_subparsers(sub, "bench", aliases, "time tuned kernels against vendor libraries and the seed "
-                                 "kernels", "Time the tuned kernels next to the library calls that compute the same "
-                                 "(CuPy, PyTorch: pip install \"autotune[bench]\") and the seed kernels, in one "
-                                 "process; write a Markdown table and a plot per family, arguments and dtype.")
-    for b in made:
-        b.add_argument("--shape", action="append", metavar="SHAPE", help="problem shape (repeatable; default: the "
-                       "family's standard suite)")
-        _dtype_arg(b)
-        b.add_argument("--device", default="0", help="GPU index (default 0)")
-        b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
-        b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
-        b.set_defaults(run=run_bench)
-
-
-def _selftest_parser(sub) -> None:
-    s = sub.add_parser("selftest", help="check every parameter value's variants against NumPy on the GPU",
-                       description="Check a covering sample of every family's search space (every value of every "
-                       "parameter at least once) against float64 NumPy on odd shapes, with NaN and infinities for "
-                       "max and min and with out= overlapping an input. --simulator runs a small sample (one "
-                       "variant per family and arguments on one odd shape, about a minute) in Numba's CUDA simulator.")
-    s.add_argument("--device", default="0")
+def _selftest_parser(sub, common, chosen: list) -> None:
+    s = sub.add_parser("selftest", parents=[common], help="check every parameter value's variants against NumPy on "
+                       "the GPU", description="Check a covering sample of each family's search space (every value "
+                       "of every parameter at least once) against float64 NumPy through the family's oracle on odd "
+                       "shapes, with NaN and infinities where the family plants them and with out= overlapping an "
+                       "input. --simulator runs a small sample (one variant per family and arguments on one odd "
+                       "shape, about a minute) in Numba's CUDA simulator.")
+    s.add_argument("--device", default="0", help="GPU index (default 0)")
     s.add_argument("--simulator", action="store_true", help="run a small sample in the CUDA simulator")
-    s.add_argument("--kind", "--family", action="append", dest="kinds", metavar="FAMILY",
-                   help="only this family (repeatable; default: the built-in ones)")
+    add_family_option(s, chosen, what="only this family (default: the built-in ones)", repeatable=True)
+    s.add_argument("--kind", action="append", dest="family", help=argparse.SUPPRESS)  # the first releases' name
     s.add_argument("--dtype", action="append", help="only this dtype (repeatable; default: every dtype of each family)")
     s.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
@@ -302,8 +271,8 @@ def _selftest_parser(sub) -> None:
     s.set_defaults(run=run_selftest)
 
 
-def _replay_parser(sub) -> None:
-    r = sub.add_parser("replay", help="score a search strategy against a recorded sweep, on the CPU",
+def _replay_parser(sub, common) -> None:
+    r = sub.add_parser("replay", parents=[common], help="score a search strategy against a recorded sweep, on the CPU",
                        description="Run the tuner's own search (starts, pruning, duplicates, tie rule) against a "
                        "sweep recorded with --record-sweep instead of a GPU, once per seed, and report per budget "
                        "(trials, and minutes on a simulated clock charged with the recorded compile and measure "
@@ -340,8 +309,8 @@ def run_replay(args) -> int:
                         starts=not args.no_starts, refine=not args.no_refine, neighbours=neighbours,
                         compile_workers=args.compile_workers)
     if not args.json:
-        print(f"replaying {args.sampler} on {sweep.problem.key} ({len(sweep.rows)} configurations, "
-              f"{sweep.device.name}): {args.seeds} searches of {args.trials} trials", file=sys.stderr)
+        logger.info(f"replaying {args.sampler} on {sweep.problem.key} ({len(sweep.rows)} configurations, "
+                    f"{sweep.device.name}): {args.seeds} searches of {args.trials} trials")
     runs = replay(sweep, settings, range(args.seeds))
     scores = score_replays(sweep, runs)
     if args.json:
@@ -352,19 +321,21 @@ def run_replay(args) -> int:
     return 0
 
 
-def _render_parser(sub, aliases) -> None:
-    _, made = _family_subparsers(sub, "render", aliases, "print the generated source of one variant",
-                                 "Print the Numba CUDA source of one configuration, validated against the family's "
-                                 "search space.")
-    for r in made:
-        r.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE")
-        _dtype_arg(r)
-        r.add_argument("--simulator", action="store_true", help="the rendering for the CUDA simulator")
-        r.set_defaults(run=run_render)
+def _render_parser(sub, common, chosen: list) -> None:
+    r = sub.add_parser("render", parents=[common], help="print the generated source of one variant",
+                       description="Print the Numba CUDA source of one configuration, validated against the family's "
+                       "search space. `autotune render matmul` is short for `autotune render --family matmul`.")
+    add_family_option(r, chosen, what="the family to render", required=True, arguments=True)
+    r.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
+                   help="a template parameter's value (repeatable); parameters left out take their defaults (the "
+                        "family's parameters and values: --family NAME --help)")
+    _dtype_arg(r)
+    r.add_argument("--simulator", action="store_true", help="the rendering for the CUDA simulator")
+    r.set_defaults(run=run_render)
 
 
-def _warm_parser(sub) -> None:
-    w = sub.add_parser("warm", help="compile every database entry ahead (fills the code cache)",
+def _warm_parser(sub, common, chosen: list) -> None:
+    w = sub.add_parser("warm", parents=[common], help="compile every database entry ahead (fills the code cache)",
                        description="Compile the kernels the database holds for this GPU, in parallel processes, and "
                        "store their code, so that later processes load them instead of compiling (run it once when "
                        "building a container). With --cc and no GPU: compile to PTX and cubin for that compute "
@@ -379,49 +350,60 @@ def _warm_parser(sub) -> None:
                    "code no entry needs is removed)")
     w.add_argument("--check", action="store_true",
                    help="with --ship: compile nothing, exit 1 when shipped code is missing")
-    w.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    add_family_option(w, chosen, what="only this family's entries (default: every family known here)",
+                      repeatable=True)
     w.set_defaults(run=run_warm)
 
 
-def _db_parsers(sub) -> None:
-    show = sub.add_parser("show", help="print the tuned database as a table",
+def _db_parsers(sub, common, chosen: list) -> None:
+    show = sub.add_parser("show", parents=[common], help="print the tuned database as a table",
                           description="Print every entry the lookups can use, file by file, in the order "
                           "get_best_kernel reads them (your folder, then the shipped database).")
     show.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
     show.add_argument("--device", help="only GPU models whose name contains this (e.g. h100); default all")
-    show.add_argument("--kernel", metavar="FAMILY", help="only this family")
-    show.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    add_family_option(show, chosen, what="only this family's entries (default: all)", repeatable=True)
+    show.add_argument("--kernel", action="append", dest="family", help=argparse.SUPPRESS)  # the first releases' name
     show.set_defaults(run=run_show)
-    db = sub.add_parser("db", help="check or merge database files", description="Check or merge the tuned database: "
-                        "one YAML file per GPU model, in your folder and shipped with the package.")
+    db = sub.add_parser("db", parents=[common], help="check or merge database files", description="Check or merge "
+                        "the tuned database: one YAML file per GPU model, in your folder and shipped with the package.")
     dbsub = db.add_subparsers(required=True, metavar="ACTION")
-    check = dbsub.add_parser("check", help="validate every file lookups read (exit 1 on any problem)",
+    check = dbsub.add_parser("check", parents=[common], help="validate every file lookups read (exit 1 on any problem)",
                              description="Validate every database file that lookups read, in their order (your folder, "
                              "then the shipped database): each entry against the schema and its family's search space, "
                              "duplicates, unreadable files, and entries whose parameters no longer render the kernel "
                              "they measured (their source_hash). Exit 1 on any problem.")
     check.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
-    check.add_argument("--family", action="append", default=[], metavar="PATH", help="a family of your own to load")
+    add_family_option(check, chosen, what="a family to load, so that its entries are checked too (entries of a "
+                      "family not known here are kept and counted, not checked)", repeatable=True)
     check.set_defaults(run=run_db_check)
-    merge = dbsub.add_parser("merge", help="merge another machine's file into the database",
+    merge = dbsub.add_parser("merge", parents=[common], help="merge another machine's file into the database",
                              description="Merge a database file (e.g. from a colleague's GPU) into the file of the "
                              "GPU model it declares in your folder; an entry is replaced only by a faster one.")
-    merge.add_argument("other")
+    merge.add_argument("other", metavar="OTHER.yaml")
     merge.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
     merge.add_argument("--force", action="store_true", help="replace entries even when the new one is slower")
+    add_family_option(merge, chosen, what="a family to load, so that its entries are checked and merged too "
+                      "(entries of families not known here are not merged)", repeatable=True)
     merge.set_defaults(run=run_db_merge)
 
 
+def _studies_parser(sub, common, chosen: list) -> None:
+    from .studies import add_studies_parser
+
+    add_studies_parser(sub, common, chosen)
+
+
 # -- shared steps ---------------------------------------------------------------------------------------
-def problems_of(args, kind: str, default_suite) -> list:
+def problems_of(args, impl, default_suite) -> list:
+    """The problems a command line asks for: each --shape (else ``default_suite``) with the family's arguments."""
     from ..core.problem import Problem, parse_shape
 
-    impl = family_named(kind)
-    family = _family_values(args, impl)
+    values = family_values(args, impl)
     shapes = args.shape or list(default_suite)
     if not shapes:
-        raise ValueError(f"{kind} has no standard suite: give --shape")
-    return [Problem(kind, parse_shape(s), args.dtype, family) for s in shapes]
+        raise ValueError(f"{impl.name} has no standard suite: give --shape" +
+                         (f" ({impl.shape_help})" if impl.shape_help else ""))
+    return [Problem(impl.name, parse_shape(s, impl), args.dtype, values) for s in shapes]
 
 
 def _devices(text: str) -> tuple[int, ...]:
@@ -443,27 +425,27 @@ def require_gpu(args, command: str, dry_run: bool = True) -> bool:
             f"      autotune {command} --simulator" if dry_run else
             "  It times kernels against vendor libraries, which needs a GPU; `autotune selftest --simulator` checks "
             "kernels without one.")
-    print(f"autotune: no CUDA GPU is visible on this machine, so `autotune {command}` cannot measure anything.\n"
-          f"{hint}", file=sys.stderr)
+    logger.error(f"autotune: no CUDA GPU is visible on this machine, so `autotune {command}` cannot measure "
+                 f"anything.\n{hint}")
     return False
 
 
 # -- tune -----------------------------------------------------------------------------------------------
 def run_tune(args) -> int:
-    kind = args.kind
-    if kind is None:
-        raise ValueError(f"--family {args.family!r}: no such family")
-    command = f"tune --family {args.family}" if args.command == "tune" else kind
+    impl = chosen_one(args)
+    command = f"tune --family {command_spec(impl)}" if args.command == "tune" else impl.name
     if not require_gpu(args, command):
         return EXIT_NO_GPU
+    from ..runtime.render import check_templates
     from ..tuning.worker import CompilePools, default_compile_workers
 
+    check_templates(impl)  # a template that does not parse stops the run here, with its file and line, once
     workers = args.compile_workers or (1 if args.simulator else default_compile_workers())
     with CompilePools(workers) as pools:  # its processes start and warm up while this one prepares the run
-        return tune_problems(args, kind, pools)
+        return tune_problems(args, impl, pools)
 
 
-def tune_problems(args, kind: str, pools) -> int:
+def tune_problems(args, impl, pools) -> int:
     """The tuning run of ``run_tune``: each problem in turn, its compiles in ``pools``."""
     from ..core.device import current_device
     from ..runtime.compiler import DEFAULT_CC
@@ -474,7 +456,7 @@ def tune_problems(args, kind: str, pools) -> int:
     from ..tuning.tuner import Tuner
     from .destinations import check_destinations
 
-    impl = family_named(kind)
+    impl = family_named(impl) if isinstance(impl, str) else impl
     sim = args.simulator
     devices = _devices(args.device)
     if not sim:
@@ -483,7 +465,7 @@ def tune_problems(args, kind: str, pools) -> int:
         cuda.select_device(devices[0])
     device = current_device()
     suite = impl.dry_run_shapes if sim and not args.shape else impl.suite
-    problems = problems_of(args, kind, suite)
+    problems = problems_of(args, impl, suite)
     target = db_path(db_dir(args.db), device.name)
     write = (args.write_db or not sim) and not args.no_db and not args.record_sweep
     check_destinations(database=target if write else None,
@@ -494,8 +476,7 @@ def tune_problems(args, kind: str, pools) -> int:
                         compile_timeout_s=args.compile_timeout, refine=not args.no_refine,
                         compile_workers=pools.workers, target_cc=DEFAULT_CC if sim and write else None)
     if sim:
-        print("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.",
-              file=sys.stderr)
+        logger.info("SIMULATOR DRY RUN: kernels run in Numba's CUDA simulator on the CPU; timings are meaningless.")
     if args.record_sweep:
         return record_sweep(args, problems, config, device, pools)
     results = []
@@ -507,14 +488,14 @@ def tune_problems(args, kind: str, pools) -> int:
             replace(config, timeout_s=min(config.timeout_s or math.inf, shape_share(deadline - time.monotonic(),
                                                                                     left, first=not results)))
         budget = f", at most {shape_config.timeout_s:.0f} s" if shape_config.timeout_s else ""
-        print(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler {config.sampler}{budget})",
-              file=sys.stderr)
+        logger.info(f"tuning {problem.key} on {device.name} ({config.trials} variants, sampler "
+                    f"{config.sampler}{budget})")
         incumbent, neighbours = tuning_starts(start_files, problem)
         tuner = Tuner(problem, shape_config, device, incumbent=incumbent, neighbours=neighbours)
         results.append(tuner.run(pools))
         if write:  # each shape's winner as soon as it is found: a run stopped later keeps it
             for line in report.write_results(results[-1:], device, args.db, config, force=args.force)[:-1]:
-                print(line, file=sys.stderr)
+                logger.info(line)
     print(report.tune_table(results, device))
     if write:
         print(f"database: {target}")
@@ -552,15 +533,15 @@ def record_sweep(args, problems: list, config, device, pools) -> int:
     valid = valid_configurations(load_space(problem.family, config.space_path), problem)
     config.sampler, config.trials, config.baseline = "grid", len(valid), False
     space_tag = Path(config.space_path).name if config.space_path else "built-in space"
-    print(f"recording a sweep of {problem.key} on {device.name}: {len(valid)} valid configurations "
-          f"(search space: {space_tag})", file=sys.stderr)
+    logger.info(f"recording a sweep of {problem.key} on {device.name}: {len(valid)} valid configurations "
+                f"(search space: {space_tag})")
     tuner = Tuner(problem, config, device, name=f"{problem.key}@{device.slug}/sweep/{space_tag}")
     tuner.run(pools)
     keys = {config_key(c) for c in valid}
     rows = [r for r in rows_from_study(tuner.study) if config_key(r.config) in keys]
     if len(rows) < len(valid):
-        print(f"{len(rows)} of {len(valid)} configurations have an outcome; run the same command again to measure "
-              f"the rest (the study resumes); nothing written yet", file=sys.stderr)
+        logger.warning(f"{len(rows)} of {len(valid)} configurations have an outcome; run the same command again to "
+                       f"measure the rest (the study resumes); nothing written yet")
         return 1
     command = " ".join(["autotune", *args.argv])
     write_sweep(path, new_sweep(problem, device, config.space_path, config.compile_workers, rows, command))
@@ -572,19 +553,23 @@ def record_sweep(args, problems: list, config, device, pools) -> int:
 
 # -- bench, selftest, render, warm ---------------------------------------------------------------------------
 def run_bench(args) -> int:
-    if not require_gpu(args, f"bench {args.family_name}", dry_run=False):
+    impl = chosen_one(args)
+    if not require_gpu(args, f"bench --family {command_spec(impl)}"):
         return EXIT_NO_GPU
-    from numba import cuda
-
     from .bench import run_suite
 
-    cuda.select_device(_devices(args.device)[0])
-    run_suite(problems_of(args, args.kind, family_named(args.kind).suite), db=args.db, out_dir=args.out)
+    if not args.simulator:
+        from numba import cuda
+
+        cuda.select_device(_devices(args.device)[0])
+    suite = impl.dry_run_shapes if args.simulator and not args.shape else impl.suite
+    run_suite(problems_of(args, impl, suite), db=args.db, out_dir=args.out, simulator=args.simulator)
     return 0
 
 
 def run_selftest(args) -> int:
-    if not require_gpu(args, "selftest"):
+    families = chosen_all(args) or [family_named(name) for name in BUILTIN]
+    if not require_gpu(args, "selftest" + "".join(f" --family {command_spec(f)}" for f in chosen_all(args))):
         return EXIT_NO_GPU
     from .selftest import selftest
 
@@ -592,8 +577,8 @@ def run_selftest(args) -> int:
         from numba import cuda
 
         cuda.select_device(_devices(args.device)[0])
-    kinds = tuple(family_named(k).name for k in (args.kinds or BUILTIN))
-    return 0 if selftest(small=args.simulator, kinds=kinds, dtypes=tuple(args.dtype) if args.dtype else None,
+    return 0 if selftest(small=args.simulator, kinds=tuple(f.name for f in families),
+                         dtypes=tuple(args.dtype) if args.dtype else None,
                          compile_timeout_s=args.compile_timeout) else 1
 
 
@@ -607,9 +592,9 @@ def parse_param(text: str) -> tuple[str, object]:
 def run_render(args) -> int:
     from ..runtime.build import render_source
 
+    impl = chosen_one(args)
     params = dict(parse_param(p) for p in args.param)
-    family = _family_values(args, family_named(args.kind))
-    _, _, source = render_source(args.kind, params, args.dtype, simulator=args.simulator, **family)
+    _, _, source = render_source(impl.name, params, args.dtype, simulator=args.simulator, **family_values(args, impl))
     print(source, end="")
     return 0
 
@@ -617,9 +602,9 @@ def run_render(args) -> int:
 def run_warm(args) -> int:
     from .warm import warm
 
-    for spec in args.family:
-        register_family(spec)
-    return warm(db=args.db, cc=args.cc, jobs=args.jobs, ship=args.ship, check=args.check)
+    families = chosen_all(args)
+    return warm(db=args.db, cc=args.cc, jobs=args.jobs, families=[f.name for f in families] or None,
+                ship=args.ship, check=args.check)
 
 
 # -- database ---------------------------------------------------------------------------------------
@@ -628,8 +613,7 @@ def _database_files(args) -> tuple[list, list[str], list]:
     the folder named with --db or $AUTOTUNE_DB is no folder."""
     from ..runtime.db import database_folders, folder_problem, load_folder, named_folder
 
-    for spec in getattr(args, "family", []) or []:
-        register_family(spec)
+    chosen_all(args)  # families named by path are registered before the files are read
     named = named_folder(args.db)
     if named and (problem := folder_problem(named[1])):
         raise ValueError(f"{named[0].replace('db=', '--db ')}: not a database folder ({problem})")
@@ -647,18 +631,36 @@ def run_show(args) -> int:
     from ..tuning import report
 
     files, problems, folders = _database_files(args)
+    names = [f.name for f in chosen_all(args)]
     print("reading, in this order: " + ", ".join(map(str, folders)))
     if args.device:
         wanted = device_slug(args.device)
         files = [f for f in files if wanted in f.path.stem or wanted in device_slug(f.device["name"])]
-    print(report.db_table(files, args.kernel))
+    print(report.db_table(files, names or None))
+    for line in _foreign_lines(files, names, "shows"):
+        print(line)
     for problem in problems:
         print(f"  unreadable: {problem}")
     return 1 if problems else 0
 
 
+def _foreign_lines(files: list, names: list[str], verb: str) -> list[str]:
+    """A line per file and family whose entries are kept but not read here (the family is not registered)."""
+    from ..runtime.db import family_of
+
+    lines = []
+    for f in files:
+        for name in f.foreign_families:
+            if names and name not in names:
+                continue
+            count = sum(family_of(raw) == name for raw in f.foreign)
+            lines.append(f"     {f.path}: {count} entries of the family {name!r}, not registered here: kept, not "
+                         f"read (--family PATH {verb} them)")
+    return lines
+
+
 def run_db_check(args) -> int:
-    from ..runtime.db import family_of, stale_entries
+    from ..runtime.db import stale_entries
 
     files, problems, folders = _database_files(args)
     print("checking, in the order lookups read them: " + ", ".join(map(str, folders)))
@@ -675,16 +677,15 @@ def run_db_check(args) -> int:
         ok = not f.problems and not stale
         print(f"{'ok  ' if ok else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})"
               + (f", {len(stale)} of them stale" if stale else ""))
-        for name in f.foreign_families:
-            count = sum(family_of(raw) == name for raw in f.foreign)
-            print(f"     {count} entries of the family {name!r}, not registered here: kept, not checked "
-                  f"(--family PATH checks them)")
+    for line in _foreign_lines(files, [], "checks"):
+        print(line)
     return 1 if bad else 0
 
 
 def run_db_merge(args) -> int:
     from ..runtime.db import db_dir, db_path, load_file, write_entries
 
+    chosen_all(args)  # families named by path are registered, so that their entries are read and merged
     other = load_file(Path(args.other), strict=True)
     target = db_path(db_dir(args.db), other.device["name"])
     if target.exists() and target.resolve() == Path(args.other).resolve():
@@ -693,6 +694,6 @@ def run_db_merge(args) -> int:
         print(line)
     if other.foreign:
         print(f"(not merged: {len(other.foreign)} entries of families not registered here: "
-              f"{', '.join(other.foreign_families)})")
+              f"{', '.join(other.foreign_families)}; --family PATH loads one)")
     print(f"merged into {target} (the file of {other.device['name']})")
     return 0

@@ -40,11 +40,11 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
             cheap = _cheap(space) if small else None
             sample, _ = space.covering_sample(dtype=dtype, args=impl.family_args(**args),
                                               seed=int(rng.integers(1 << 30)), cheap=cheap)
-            extras = [p for p in getattr(impl, "selftest_extras", lambda: [])()  # those that apply to dtype
+            extras = [p for p in impl.selftest_extras()  # those that apply to dtype
                       if space.checked_or_none(p, dtype=dtype, args=impl.family_args(**args)) is not None]
-            if small:  # one odd shape: a prime-sized array, or a matrix no tile divides
+            if small:  # one odd shape: a prime-sized array, or a matrix no tile divides (a family's only shape)
                 sample = sample[:SIMULATOR_VARIANTS]
-                shapes = shapes[1:2]
+                shapes = shapes[1:2] or shapes[:1]
             variants = [p for p in extras + sample if device is None or not impl.unfit_for(p, device)]
             plan.append((kind, dtype, args, shapes, variants))
     return plan

@@ -13,12 +13,14 @@ resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers d
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..core.log import logger
 from ..runtime.db import DatabaseError, Entry, load_file, load_folder
 from ..tuning.records import Job, job_for
 
@@ -34,9 +36,9 @@ class WarmResult:
 
 
 def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout, *,
-         ship: bool = False, check: bool = False) -> int:
-    """Compile the entries; 0 when all compiled, 1 when one failed, 3 without a GPU and without ``cc``; with
-    ``ship``, build (or with ``check``, check) the shipped code (``ship_code``)."""
+         families: list[str] | None = None, ship: bool = False, check: bool = False) -> int:
+    """Compile the entries (of ``families`` only, where given); 0 when all compiled, 1 when one failed, 3 without
+    a GPU and without ``cc``; with ``ship``, build (or with ``check``, check) the shipped code (``ship_code``)."""
     from ..core.device import current_device, device_slug, gpu_available
 
     if ship or check:
@@ -51,15 +53,16 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
             return 1
         return ship_code(folder, _parse_cc(cc), jobs, out, check)
     if cc is None and not gpu_available():
-        print("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that compute "
-              "capability without one", file=sys.stderr)
+        logger.error("autotune warm: no CUDA GPU is visible; with --cc X.Y (e.g. --cc 9.0) it compiles for that "
+                     "compute capability without one")
         return 3
     target = _parse_cc(cc) if cc else current_device().cc
     wanted = (lambda f: str(f.device.get("cc")) == f"{target[0]}.{target[1]}") if cc else \
         (lambda f: f.path.stem == device_slug(current_device().name))
-    entries = _entries(db, wanted)
+    entries = [e for e in _entries(db, wanted) if not families or e.problem.family in families]
     if not entries:
-        print(f"no database entries for {'compute capability ' + cc if cc else current_device().name}", file=out)
+        what = "compute capability " + cc if cc else current_device().name
+        print(f"no database entries for {what}" + (f" of {', '.join(families)}" if families else ""), file=out)
         return 0
     from ..tuning.worker import CompilePool
 
@@ -68,7 +71,7 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
           flush=True)
     t0 = time.perf_counter()
     failed = newly_spilling = 0
-    with CompilePool(workers) as pool:
+    with _real_compiler(bool(cc)), CompilePool(workers) as pool:
         futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()
@@ -81,6 +84,19 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
               f"slower here; `autotune selftest --device 0` checks their results, re-tuning their shapes (--force) "
               f"finds variants that do not spill", file=out)
     return 1 if failed else 0
+
+
+@contextlib.contextmanager
+def _real_compiler(wanted: bool):
+    """With ``wanted`` (--cc): the compile processes started inside run the real compiler even where this process
+    runs in the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which spawned processes would inherit): compiling for a
+    compute capability is never simulated."""
+    saved = os.environ.pop("NUMBA_ENABLE_CUDASIM", None) if wanted else None
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ["NUMBA_ENABLE_CUDASIM"] = saved
 
 
 def spills_unlike_its_record(entry: Entry, result: WarmResult) -> bool:
@@ -118,7 +134,7 @@ def ship_code(folder: Path, cc: tuple[int, int], jobs: int | None, out, check: b
     t0 = time.perf_counter()
     needed: set[str] = set()
     missing = failed = 0
-    with CompilePool(jobs or max(1, os.cpu_count() or 1)) as pool:
+    with _real_compiler(True), CompilePool(jobs or max(1, os.cpu_count() or 1)) as pool:
         futures = [pool.submit(ship_one, job_for(e.problem, e.params), cc, root, check) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()

@@ -24,12 +24,21 @@ The contract, in the order data flows:
   plans), called as ``kernel(*inputs, out=...)``.
 - **Search**: ``baseline`` (the seed kernel each tuning run times alongside), ``default_params`` for untuned
   shapes, ``problem_starts`` to fit known-good configurations to a problem, ``suite`` and ``dry_run_shapes``.
-- **Optional**: ``peers`` (library calls ``autotune bench`` times alongside), ``result_error`` (the bench's error
-  column: every contender's error against float64 on the timed data), ``selftest_cases``.
+- **Optional hooks**, each with a default here: ``shape_help`` (the shape's form in the family's own terms, for
+  messages and help), ``canonical_args``, ``check_dtype``, ``out_dtype``, ``peak``, ``result_error`` (the bench's
+  error column: every contender's error against float64 on the timed data), ``templates``, ``shared_bytes``,
+  ``default_params``, ``problem_starts``, ``unfit_for``, ``seeds``, ``peers`` (library calls ``autotune bench``
+  times alongside), ``reference_peers``, ``selftest_cases``, ``selftest_extras`` (configurations the selftest
+  checks besides its covering sample), ``functions`` (NumPy-style functions the family adds to the ``autotune``
+  namespace once registered), ``bench_name``; on ``Kernel``: ``bind`` and ``helper_kernels``.
+
+docs/families.md is the reference for family authors: every method and hook, the template context, the shared
+template macros and intrinsics, the constraint names and a checklist.
 """
 from __future__ import annotations
 
 import abc
+import math
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -47,7 +56,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class FamilyArg:
-    """One family argument: its allowed values (Python values: str, int or None), its default and help.
+    """One family argument: its allowed values, its default and help.
+
+    An argument takes one of ``choices`` (Python values: str, int or None), or, where ``kind`` is ``int`` or
+    ``float``, any finite number of that kind within ``bounds`` (inclusive; None: unbounded), e.g. a
+    layernorm's ``eps``: ``FamilyArg("eps", (), 1e-5, "added to the variance", kind=float, bounds=(0.0, 1.0))``.
+    A number argument is part of the problem: each value has its own database entries (a lookup for another
+    value falls back to the family's default configuration), and a template sees it as a Python literal.
 
     ``none_means`` names the word that stands for None in a database entry, a search space's ``when`` and on the
     command line (a reduction's ``axis: all``). ``implicit``: an argument added to a family after entries were
@@ -55,11 +70,22 @@ class FamilyArg:
     files stay as they were (an entry without it reads as the default)."""
 
     name: str
-    choices: tuple
-    default: Any
+    choices: tuple = ()
+    default: Any = None
     help: str = ""
     none_means: str | None = None
     implicit: bool = False
+    kind: type | None = None
+    bounds: tuple[float | None, float | None] = (None, None)
+
+    def __post_init__(self):
+        if self.kind not in (None, int, float):
+            raise TypeError(f"FamilyArg {self.name!r}: kind must be int or float (or None with choices), "
+                            f"got {self.kind!r}")
+        if self.kind is None and not self.choices:
+            raise TypeError(f"FamilyArg {self.name!r}: give its choices, or kind=int or kind=float")
+        if self.kind is not None:
+            object.__setattr__(self, "default", self.parse(self.default))
 
     def written(self, value: Any) -> bool:
         """Whether the value appears in keys and entries (see ``implicit``)."""
@@ -69,15 +95,51 @@ class FamilyArg:
         """The value as written in database entries and seen by ``when`` conditions."""
         return self.none_means if value is None and self.none_means else value
 
+    def allowed(self) -> str:
+        """The allowed values as help and messages write them: '0, 1, all' or 'a float in [0, 1]'."""
+        if self.kind is None:
+            return ", ".join(str(self.text(c)) for c in self.choices)
+        low, high = self.bounds
+        what = "an integer" if self.kind is int else "a finite float"
+        if low is None and high is None:
+            return what
+        return f"{what} in [{'-inf' if low is None else low}, {'inf' if high is None else high}]"
+
     def parse(self, value: Any) -> Any:
-        """A value from a file or the command line (text or number) as one of ``choices``; ValueError if none."""
+        """A value from a file or the command line (text or number) as one of ``choices``, or as a number of
+        ``kind`` within ``bounds``; ValueError if it is none."""
+        if self.kind is not None:
+            return self._number(value)
         for choice in self.choices:
             if value is choice or (type(value) is type(choice) and value == choice):
                 return choice
             if isinstance(value, str) and value == str(self.text(choice)):
                 return choice
-        allowed = ", ".join(str(self.text(c)) for c in self.choices)
-        raise ValueError(f"{self.name} {value!r} is not one of {allowed}")
+        raise ValueError(f"{self.name} {value!r} is not one of {self.allowed()}")
+
+    def _number(self, value: Any) -> int | float:
+        number = None
+        if isinstance(value, bool) or value is None:
+            pass
+        elif isinstance(value, (int, float, np.integer, np.floating)) or isinstance(value, str):
+            try:
+                number = self.kind(value) if self.kind is float else _integer(value)
+            except (TypeError, ValueError, OverflowError):
+                number = None
+        low, high = self.bounds
+        if number is None or (self.kind is float and not math.isfinite(number)) or \
+                (low is not None and number < low) or (high is not None and number > high):
+            raise ValueError(f"{self.name} {value!r} is not {self.allowed()}")
+        return number
+
+
+def _integer(value: Any) -> int:
+    """An int from an integer, a float with no fraction, or the text of an integer."""
+    if isinstance(value, (float, np.floating)):
+        if not float(value).is_integer():
+            raise ValueError(value)
+        return int(value)
+    return int(value)
 
 
 @dataclass(frozen=True)
@@ -97,8 +159,10 @@ class Case:
 
 
 class Kernel:
-    """A compiled variant, as families hand it out: ``kernel(*inputs, out=None)``; the built-in families' kernels
-    also take ``stream=`` (autotune/runtime/streams.py), which ``autotune.sum`` and the other functions pass on.
+    """A compiled variant, as families hand it out: ``kernel(*inputs, out=None, stream=None)``. The tuner and the
+    selftest call it with device inputs and ``out=``; NumPy-style functions pass ``stream=`` (any stream
+    ``autotune.toolkit.as_stream`` takes) and use ``bind`` for plans. A kernel built on ``autotune.toolkit.Planned``
+    gets plans and streams the way the built-in families' kernels have them.
 
     ``entry`` is the Numba dispatcher compiled ahead and measured for registers; ``signature`` its argument types,
     so it can be compiled without a GPU (``cuda.compile_ptx``)."""
@@ -123,8 +187,17 @@ class Kernel:
         self.source = source
         self.simulator = simulator
 
-    def __call__(self, *inputs, out=None):  # pragma: no cover - the families implement it
+    def __call__(self, *inputs, out=None, stream=None):  # pragma: no cover - the families implement it
         raise NotImplementedError
+
+    def bind(self, *inputs, out=None, stream=None) -> Callable[[], Any]:
+        """The call ``kernel(*inputs, out=out, stream=stream)`` as a plan: calling it computes again and returns
+        the output. This default makes the full call each time (checks included); a kernel built on
+        ``autotune.toolkit.Planned`` returns a ``Plan`` that only replays the launches."""
+        def plan():
+            return self(*inputs, out=out, stream=stream)
+
+        return plan
 
     @property
     def kernel(self):
@@ -143,6 +216,9 @@ class KernelFamily(abc.ABC):
     name: str
     #: what the family computes, for help texts ("C = A @ B")
     summary: str = ""
+    #: the form of a problem shape in the family's own terms, for messages and help ("M x N x K", "M x N: M rows
+    #: of N"); empty: the dimensions only
+    shape_help: str = ""
     args: tuple[FamilyArg, ...] = ()
     dtypes: tuple[str, ...] = ("float32", "float64")
     unit: str = "GB/s"
@@ -280,7 +356,7 @@ class KernelFamily(abc.ABC):
         """Named seed configurations ``autotune bench`` times beside the tuned one."""
         return [("seed", dict(self.baseline))] if self.baseline else []
 
-    # -- optional -------------------------------------------------------------------------------
+    # -- optional: bench and selftest ----------------------------------------------------------------
     def peers(self, problem: "Problem", inputs: Sequence) -> dict[str, Callable[[], object]]:
         """Library calls computing the same on the same device inputs, for ``autotune bench`` (installed ones)."""
         return {}
@@ -288,9 +364,22 @@ class KernelFamily(abc.ABC):
     reference_peers: tuple[str, ...] = ()
 
     def selftest_cases(self, small: bool) -> list[tuple[str, dict[str, Any], list[tuple[int, ...]]]]:
-        """(dtype, arguments, shapes) that ``autotune selftest`` checks every parameter value on."""
+        """(dtype, arguments, shapes) that ``autotune selftest`` checks every parameter value on; with ``small``
+        (the simulator) it checks one variant on the second shape of each case (the first where there is one).
+        By default: each dtype (the first only where ``small``) with the default arguments on ``dry_run_shapes``."""
         return [(dtype, self.family_args(), [tuple(int(d) for d in s.split("x")) for s in self.dry_run_shapes])
                 for dtype in self.dtypes[:1 if small else None]]
+
+    def selftest_extras(self) -> list[dict[str, Any]]:
+        """Configurations ``autotune selftest`` checks besides its covering sample of the space, where they are
+        valid for the case's dtype and arguments (a seed kernel, a rare combination the random sample misses)."""
+        return []
+
+    def functions(self) -> Mapping[str, Callable[..., Any]]:
+        """NumPy-style functions this family adds to the ``autotune`` namespace once it is registered (``{"softmax":
+        softmax}`` makes ``autotune.softmax(x)``). A name autotune uses itself, or another registered family's,
+        is refused at registration. Build them on ``autotune.toolkit``."""
+        return {}
 
     def bench_name(self, problem: "Problem") -> str:
         """File name stem of a bench table (one per family, arguments and dtype)."""

@@ -8,19 +8,24 @@ from __future__ import annotations
 import operator
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 from .dtypes import numpy_dtype
 from .registry import family as family_named
 
 MAX_DIMENSION = 2**48  # no GPU holds an array with a longer axis; the database refuses longer ones too
 MAX_SHAPE_TEXT = 200
+
+if TYPE_CHECKING:
+    from .family import KernelFamily
+
 _DIMS = re.compile(r"^\d+(x\d+)*$")
 _POWER = re.compile(r"^(\d+)(\*\*|<<)(\d+)$")
 
 
-def parse_shape(text: str) -> tuple[int, ...]:
-    """'4096x4096x4096' -> (4096, 4096, 4096); a 1-D size may also be written '2**24' or '1<<24'."""
+def parse_shape(text: str, impl: "KernelFamily | None" = None) -> tuple[int, ...]:
+    """'4096x4096x4096' -> (4096, 4096, 4096); a 1-D size may also be written '2**24' or '1<<24'. A shape that
+    is not of this form is refused in the terms of ``impl`` (its ``shape_help`` and an example from its suite)."""
     text = str(text).strip().lower().replace(" ", "")
     if len(text) > MAX_SHAPE_TEXT:
         raise ValueError(f"shape {text[:40]!r}...: {len(text)} characters; no shape is written in more than "
@@ -32,9 +37,17 @@ def parse_shape(text: str) -> tuple[int, ...]:
             raise ValueError(f"shape {text!r} is too large")
         return check_dims((int(base) ** int(exp) if op == "**" else int(base) << int(exp),), text)
     if not _DIMS.match(text):
-        raise ValueError(f"shape {text!r} is not of the form 4096x4096x4096 (matmul M x N x K), 268435456 or "
-                         f"16384x16384 (reduce)")
+        raise ValueError(f"shape {text!r} is not of the form {_shape_form(impl)}")
     return check_dims(tuple(int(d) for d in text.split("x")), text)
+
+
+def _shape_form(impl: "KernelFamily | None") -> str:
+    """How a family's shapes are written, for messages: '4096x4096 (softmax: M x N, M rows of N)'."""
+    example = (impl.suite or impl.dry_run_shapes or ("",))[0] if impl is not None else ""
+    form = f"{example or '4096x4096'} (dimensions joined by x)"
+    if impl is not None and impl.shape_help:
+        form = f"{example or '4096x4096'} ({impl.name}: {impl.shape_help})"
+    return form
 
 
 def check_dims(shape: Any, text: Any = None) -> tuple[int, ...]:

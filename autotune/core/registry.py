@@ -2,10 +2,15 @@
 installed packages expose through the ``autotune.families`` entry-point group.
 
 A family is found by name (``family("matmul")``); ``register_family`` adds one from a Python file, a folder
-holding ``family.py`` or ``__init__.py``, an importable module name, or a ``KernelFamily`` object. A module or
-file exposes its family as the attribute ``family`` (an instance) or ``Family`` (a subclass). Each family
+holding ``family.py`` or ``__init__.py``, an importable module name, or a ``KernelFamily`` object; ``resolve``
+takes either (a name, else what ``register_family`` takes), as every command's ``--family NAME|PATH`` does. A
+module or file exposes its family as the attribute ``family`` (an instance) or ``Family`` (a subclass). Each family
 remembers where it came from (``KernelFamily.source``), so that the compile and GPU worker processes, which are
 spawned fresh, load the same family again (``load_family``).
+
+A family's NumPy-style functions (``KernelFamily.functions``) are checked when it is registered: each name must
+be an identifier that neither autotune nor another registered family uses. ``function`` finds one by name (the
+``autotune`` package's attribute lookup asks it, so ``autotune.softmax`` exists once its family is registered).
 """
 from __future__ import annotations
 
@@ -14,11 +19,11 @@ import importlib.util
 import inspect
 import sys
 import threading
-import warnings
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Mapping
 
+from .caller import warn
 from .family import KernelFamily
 
 #: The built-in families: name -> module. The only place besides the command line's two tuning commands where
@@ -45,8 +50,56 @@ def family(name: str) -> KernelFamily:
         _read_entry_points()
         if name in _families:
             return _families[name]
-    raise FamilyError(f"unknown kernel kind {name!r} (no kernel family of that name); known: {', '.join(known())} (a family of your own is "
-                      f"registered with autotune.register_family(PATH) or `--family PATH`)")
+    raise FamilyError(f"unknown kernel family {name!r}; known: {', '.join(known())} (a family of your own is "
+                      f"registered with autotune.register_family(PATH), or named by path: `--family PATH`)")
+
+
+def resolve(spec: Any) -> KernelFamily:
+    """The family ``spec`` names: a known family's name, else a family file, folder, module or object as
+    ``register_family`` takes it (registered on the way); FamilyError naming the known families otherwise."""
+    if isinstance(spec, str):
+        with _lock:
+            if spec in known():
+                return family(spec)
+            for fam in _families.values():
+                if spec == fam.source:
+                    return fam
+        try:
+            return register_family(spec)
+        except FamilyError as exc:
+            raise FamilyError(f"{exc}. Known families: {', '.join(known())}") from None
+    return register_family(spec)
+
+
+def command_spec(fam: KernelFamily) -> str:
+    """How a command line names ``fam`` so that it is found again: its name where that suffices (built-in,
+    installed), else the file, folder or module it was registered from."""
+    if fam.name in BUILTIN or fam.source == fam.name or not fam.source:
+        return fam.name
+    return fam.source
+
+
+def function(name: str):
+    """The NumPy-style function ``name`` of a registered family (installed ones included), or None."""
+    with _lock:
+        _read_entry_points()
+        for fam in _families.values():
+            found = _functions_of(fam).get(name)
+            if found is not None:
+                return found
+    return None
+
+
+def registered() -> list[KernelFamily]:
+    """The families registered in this process so far (built-in ones once they were first used)."""
+    with _lock:
+        return list(_families.values())
+
+
+def function_names() -> list[str]:
+    """The names of every registered family's NumPy-style functions."""
+    with _lock:
+        return sorted(n for fam in _families.values() for n in _functions_of(fam))
 
 
 def known() -> list[str]:
@@ -133,10 +186,55 @@ def _register(fam: KernelFamily, source: str) -> KernelFamily:
                 return current
             raise FamilyError(f"{source}: a kernel family named {name!r} is already registered from "
                               f"{current.source}")
+        _check_functions(fam, source)
         if not fam.source:
             fam.source = source
         _families[name] = fam
         return fam
+
+
+def _functions_of(fam: KernelFamily) -> dict[str, Any]:
+    found = fam.functions()
+    return dict(found) if found else {}
+
+
+def reserved_names() -> set[str]:
+    """Names of the ``autotune`` namespace that a family's function may not take: the public API, the
+    package's modules and its module attributes."""
+    import pkgutil
+
+    import autotune
+
+    modules = {m.name for m in pkgutil.iter_modules(autotune.__path__)}
+    return {*autotune.__all__, *getattr(autotune, "_WHERE", {}), *modules, "FUNCTIONS", "__version__"}
+
+
+def _check_functions(fam: KernelFamily, source: str) -> None:
+    """FamilyError unless every NumPy-style function of ``fam`` has a name of its own and is callable."""
+    try:
+        found = fam.functions()
+    except Exception as exc:
+        raise FamilyError(f"{source}: the family {fam.name!r}: functions() failed: {type(exc).__name__}: {exc}") \
+            from None
+    if found is None:
+        return
+    if not isinstance(found, Mapping):
+        raise FamilyError(f"{source}: the family {fam.name!r}: functions() must return a mapping of names to "
+                          f"functions, got {type(found).__name__}")
+    reserved = reserved_names()
+    for name, fn in found.items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_"):
+            raise FamilyError(f"{source}: the family {fam.name!r} declares a function named {name!r}: a name must be "
+                              f"an identifier that does not start with '_'")
+        if not callable(fn):
+            raise FamilyError(f"{source}: the family {fam.name!r} declares {name!r}, which is not callable")
+        if name in reserved:
+            raise FamilyError(f"{source}: the family {fam.name!r} declares a function {name!r}, a name autotune "
+                              f"uses itself (autotune.{name}); rename it")
+        for other in _families.values():
+            if other is not fam and name in _functions_of(other):
+                raise FamilyError(f"{source}: the family {fam.name!r} declares a function {name!r}, which the "
+                                  f"family {other.name!r} ({other.source}) already declares")
 
 
 def _from_module(module: ModuleType, where: str) -> KernelFamily:
@@ -198,11 +296,11 @@ def _read_entry_points() -> None:
             loaded.source = point.name  # a spawned process finds it by name through the entry point again
             fam = _register(loaded, point.name)
         except Exception as exc:  # one broken package must not hide the others
-            warnings.warn(f"kernel family entry point {point.name!r} ({point.value}) failed to load: {exc}",
-                          stacklevel=3)
+            warn(f"kernel family entry point {point.name!r} ({point.value}) failed to load: {exc}")
             continue
         if fam.name != point.name:
-            warnings.warn(f"entry point {point.name!r} gave a family named {fam.name!r}", stacklevel=3)
+            warn(f"entry point {point.name!r} gave a family named {fam.name!r}")
 
 
-__all__ = ["family", "known", "register_family", "load_family", "FamilyError", "BUILTIN"]
+__all__ = ["family", "known", "resolve", "register_family", "load_family", "registered", "function",
+           "function_names", "command_spec", "reserved_names", "FamilyError", "BUILTIN"]

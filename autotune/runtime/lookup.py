@@ -21,26 +21,30 @@ compile again.
 from __future__ import annotations
 
 import math
+import shlex
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..core import backend
+from ..core.caller import warn
 from ..core.device import current_device, device_slug
 from ..core.problem import Problem, shape_text
+from ..core.registry import command_spec
 from .build import build_kernel
 from .db import (
     DatabaseError,
     DbFile,
     Entry,
     database_folders,
+    db_dir,
     db_path,
     folder_problem,
     load_file,
     load_folder,
     named_folder,
+    shipped_folder,
     stale_note,
 )
 
@@ -72,11 +76,11 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
             _announce_named_folder(db)
             chosen = choice(problem, folders, device)
             if chosen.note:
-                warnings.warn(chosen.note, TunedKernelWarning, stacklevel=2)
+                warn(chosen.note, TunedKernelWarning)
             kernel = build_kernel(family, chosen.params, problem.dtype, **problem.args)
             stale = _stale(chosen, kernel)
             if stale:
-                warnings.warn(stale, TunedKernelWarning, stacklevel=2)
+                warn(stale, TunedKernelWarning)
             _cache[key] = kernel
         return _cache[key]
 
@@ -95,8 +99,6 @@ def lookup_folders(db: str | Path | None = None, device: str | None = None) -> l
     """The folders a lookup reads, in order (see the module docstring)."""
     folders = database_folders(db)
     if device is None and backend.simulator():
-        from .db import shipped_folder
-
         mine = [f for f in folders if f != shipped_folder()]
         return mine or folders[:0]
     return folders
@@ -155,7 +157,24 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
                   f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-                  f"`autotune tune --family {problem.family}` to tune it)")
+                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)")
+
+
+def tune_command(problem: Problem, folder: Path | None = None) -> str:
+    """The command that tunes ``problem`` and writes ``folder`` (the one lookups read first; --db where that is
+    not the default folder): the family as the command line finds it (its path, for one of your own), its
+    arguments, shape and dtype; in the simulator a dry run that writes the database."""
+    impl = problem.impl
+    text = impl.args_text(problem.args)
+    words = ["autotune", "tune", "--family", command_spec(impl)]
+    for arg in impl.args:
+        if problem.args[arg.name] != arg.default:
+            words += [f"--{arg.name.replace('_', '-')}", str(text[arg.name])]
+    words += ["--shape", shape_text(problem.shape)] + (["--dtype", problem.dtype] if problem.dtype != "float32" else [])
+    words += ["--simulator", "--write-db"] if backend.simulator() else ["--device", "0"]
+    if folder is not None and folder != shipped_folder() and folder.absolute() != db_dir().absolute():
+        words += ["--db", str(folder)]
+    return shlex.join(words)
 
 
 def _folder_text(folder: Path) -> str:
@@ -172,8 +191,8 @@ def _announce_named_folder(db: str | Path | None) -> None:
     how, folder = named
     problem = folder_problem(folder)
     if problem is not None:
-        warnings.warn(f"{how} is not a database folder ({problem}); lookups read only the database shipped with "
-                      f"the package (none in the CUDA simulator)", TunedKernelWarning, stacklevel=4)
+        warn(f"{how} is not a database folder ({problem}); lookups read only the database shipped with "
+             f"the package (none in the CUDA simulator)", TunedKernelWarning)
 
 
 def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False) -> tuple[Entry, DbFile] | None:
@@ -193,7 +212,7 @@ def _read(path: Path) -> DbFile | None:
     try:
         db_file = load_file(path)
     except DatabaseError as exc:
-        warnings.warn(f"skipped a database file that cannot be used: {exc}", TunedKernelWarning, stacklevel=4)
+        warn(f"skipped a database file that cannot be used: {exc}", TunedKernelWarning)
         return None
     _announce(db_file)
     return db_file
@@ -202,7 +221,7 @@ def _read(path: Path) -> DbFile | None:
 def _folder_files(folder: Path) -> list[DbFile]:
     files, problems = load_folder(folder)
     for problem in problems:
-        warnings.warn(f"skipped a database file that cannot be used: {problem}", TunedKernelWarning, stacklevel=4)
+        warn(f"skipped a database file that cannot be used: {problem}", TunedKernelWarning)
     for db_file in files:
         _announce(db_file)
     return files
@@ -210,11 +229,10 @@ def _folder_files(folder: Path) -> list[DbFile]:
 
 def _announce(db_file: DbFile) -> None:
     for problem_text in db_file.problems:
-        warnings.warn(f"skipped a bad database entry: {problem_text}", TunedKernelWarning, stacklevel=5)
+        warn(f"skipped a bad database entry: {problem_text}", TunedKernelWarning)
     for name in db_file.foreign_families:
-        warnings.warn(f"{db_file.path} holds entries of the kernel family {name!r}, which is not registered in this "
-                      f"process: they are kept but not used (autotune.register_family)", TunedKernelWarning,
-                      stacklevel=5)
+        warn(f"{db_file.path} holds entries of the kernel family {name!r}, which is not registered in this "
+             f"process: they are kept but not used (autotune.register_family)", TunedKernelWarning)
 
 
 def nearest(problem: Problem, entries: list[Entry]) -> tuple[Entry | None, float]:
@@ -266,4 +284,4 @@ def default_params(problem: Problem) -> dict[str, Any]:
     return problem.impl.default_params(problem)
 
 
-__all__ = ["get_best_kernel", "TunedKernelWarning", "choose", "nearest", "default_params"]
+__all__ = ["get_best_kernel", "TunedKernelWarning", "choose", "nearest", "default_params", "tune_command"]

@@ -39,12 +39,65 @@ NUMBA_NAMES = ("cuda", "float32", "float64", "int32", "int64", "uint16", "uint32
 NUMBA_TYPES = ("float16",)  # scalar types the top-level numba module does not export
 
 
+class TemplateError(ValueError):
+    """A family's template cannot be read, parsed or rendered, or renders Python that does not compile; the
+    message names the template file and line."""
+
+
+def check_templates(family) -> None:
+    """Parse every template the family renders from (its own and the shared ones it names); TemplateError with
+    the file and line of the first that does not parse. A tuning run calls this first, so that a template's
+    syntax error stops it once instead of failing every variant alike."""
+    env = environment(str(family.template_dir))
+    for name in family.templates():
+        try:
+            env.get_template(name)
+        except jinja2.TemplateNotFound:
+            raise TemplateError(f"{family.name}: template {name!r} not found in {', '.join(env.loader.searchpath)}") \
+                from None
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(_syntax_error(exc)) from None
+
+
 def render(family, template: str, context: Mapping[str, Any]) -> str:
-    """The module source ``template`` of ``family`` renders with ``context``; a SyntaxError here is a template bug."""
-    source = environment(str(family.template_dir)).get_template(template).render(**context)
-    source = fill_imports(source)
-    compile(source, f"<autotune {family.name} {template}>", "exec")
+    """The module source ``template`` of ``family`` renders with ``context``; TemplateError (file and line) where
+    the template does not parse or render, or renders Python that does not compile (a template bug)."""
+    env = environment(str(family.template_dir))
+    try:
+        source = env.get_template(template).render(**context)
+    except jinja2.TemplateNotFound as exc:
+        raise TemplateError(f"{family.name}: template {exc.name!r} not found in "
+                            f"{', '.join(env.loader.searchpath)}") from None
+    except jinja2.TemplateSyntaxError as exc:
+        raise TemplateError(_syntax_error(exc)) from None
+    except Exception as exc:  # Jinja's UndefinedError, or an error of Python code the template calls
+        raise TemplateError(f"{_template_line(exc) or template}: rendering failed: {type(exc).__name__}: {exc}") \
+            from None
+    try:
+        source = fill_imports(source)  # parses the source, so a syntax error may show here first
+        compile(source, f"<autotune {family.name} {template}>", "exec")
+    except SyntaxError as exc:
+        line = (exc.text or "").strip()
+        raise TemplateError(f"{template} rendered Python that does not compile (SyntaxError: {exc.msg}, line "
+                            f"{exc.lineno} of the rendered source: {line[:120]!r}); `autotune render --family "
+                            f"{family.name}` prints the source") from None
     return source
+
+
+def _syntax_error(exc: jinja2.TemplateSyntaxError) -> str:
+    where = exc.filename or exc.name or "template"
+    return f"{where}:{exc.lineno}: template syntax error: {exc.message}"
+
+
+def _template_line(exc: BaseException) -> str | None:
+    """'file.j2:LINE' of the template line a rendering error comes from, with the macro lines it went through
+    (Jinja maps its frames to template lines), or None."""
+    import traceback
+
+    frames = [f"{f.filename}:{f.lineno}" for f in traceback.extract_tb(exc.__traceback__) if f.filename.endswith(".j2")]
+    if not frames:
+        return None
+    return frames[0] if len(frames) == 1 else f"{frames[0]} (in {', in '.join(frames[1:])})"
 
 
 def fill_imports(source: str) -> str:

@@ -86,6 +86,7 @@ class Outcome:
     measure_s: dict[str, float] | None = None
     gpu: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    detail: str = ""  # a failure's traceback, logged at DEBUG; not kept in the study
 
     def attrs(self) -> dict[str, Any]:
         """The study's user attributes for this trial (None values left out)."""

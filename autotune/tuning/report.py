@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import datetime
-from typing import Any, Iterable
+from typing import Any, Collection, Iterable
 
 from ..core import backend
 from ..core.device import DeviceInfo
@@ -107,12 +107,15 @@ def _rounded(d: dict | None) -> dict | None:
     return {k: (round(v, 6) if isinstance(v, float) else v) for k, v in d.items()}
 
 
-def db_table(files, family: str | None = None) -> str:
+def db_table(files, families: Collection[str] | None = None) -> str:
+    """A table per database file of its entries (of ``families`` only, where given)."""
     parts = []
     for f in files:
         rows = [[e.problem.key, e.median_ms, f"{e.record.get('rate', '-')} {e.record.get('unit', '')}",
                  (e.record.get("baseline") or {}).get("median_ms"), e.record.get("trials"), e.record.get("date"),
-                 e.params] for e in f.entries if family in (None, e.problem.family)]
+                 e.params] for e in f.entries if not families or e.problem.family in families]
+        if families and not rows and not f.problems:
+            continue
         parts.append(f"{f.path} -- {f.device.get('name')} (cc {f.device.get('cc')}, {f.device.get('sm_count')} SMs)\n"
                      + table(["problem", "ms", "rate", "seed ms", "trials", "date", "parameters"], rows))
         parts.extend(f"  skipped: {p}" for p in f.problems)

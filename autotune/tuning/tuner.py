@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -24,6 +23,7 @@ from optuna.trial import TrialState
 
 from ..core import backend
 from ..core.device import DeviceInfo
+from ..core.log import logger
 from ..core.problem import Problem
 from ..core.space import load_space
 from ..runtime.compiler import arch
@@ -70,7 +70,7 @@ class Tuner:
         self.config = config
         self.device = device
         self.space = load_space(problem.family, config.space_path).for_dtype(problem.dtype, problem.args)
-        self.report = report or (lambda line: print(line, file=sys.stderr, flush=True))
+        self.report = report or logger.info
         self.provenance = provenance(problem, config.space_path)
         base = name or study_name(problem, device)
         self.name = f"{base}#{self.provenance.digest}"
@@ -88,6 +88,7 @@ class Tuner:
         self._stopping = threading.Event()
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
         self._measured_here: set[int] = set()  # trials this run measured (with the code the study is tied to)
+        self._reasons: dict[str, int] = {}  # each failure reason reported in full once: the first trial with it
 
     def _tie_to_provenance(self, older: EarlierStudy | None) -> None:
         """Record on a new study what it measures with, and say so where it replaces an older study of the same
@@ -300,7 +301,8 @@ class Tuner:
         except Exception as exc:  # the compile process itself died
             return Outcome(ok=False, stage="compile", reason=f"compile process failed: {exc}")
         if not built.ok:
-            return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s)
+            return Outcome(ok=False, stage=built.stage, reason=built.reason, compile_s=built.compile_s,
+                           detail=built.detail)
         resources = built.resources
         if resources:
             threads = self.problem.impl.threads(the_job.params)
@@ -310,7 +312,7 @@ class Tuner:
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
         m = worker.run(the_job)
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
-                       compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s)
+                       compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         """Tell the policy (and so the study) the outcome, and print the run's progress."""
@@ -326,8 +328,19 @@ class Tuner:
         if outcome.ok:
             what = f"{outcome.timing['median_ms']:.4g} ms {outcome.rate:.4g} {self.problem.unit}"
         else:
-            what = f"{outcome.stage}: {outcome.reason[:100]}"
+            what = self._failure_text(number, outcome)
         self.report(f"{bar} {measured + failed}/{self.config.trials} #{number} {what} | {best_text}")
+
+    def _failure_text(self, number: int, outcome: Outcome) -> str:
+        """A failed trial's reason, in full the first time it is seen in this run and as a reference to that trial
+        after (a template error fails every variant alike); its traceback at DEBUG (``-v``)."""
+        reason = f"{outcome.stage}: {outcome.reason or 'failed'}"
+        first = self._reasons.setdefault(reason, number)
+        if first != number:
+            return f"{outcome.stage}: the same failure as #{first}"
+        if outcome.detail:
+            logger.debug(outcome.detail)
+        return reason if len(reason) <= 400 else reason[:400] + "..."
 
     def _submit_seed(self, compiles: CompileQueue) -> None:
         """Queue the seed kernel's compile before any variant's: it compiles beside theirs, and a GPU thread times

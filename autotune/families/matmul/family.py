@@ -58,6 +58,7 @@ HERE = Path(__file__).resolve().parent
 class MatmulFamily(KernelFamily):
     name = "matmul"
     summary = "C = A @ B"
+    shape_help = "M x N x K (A is M x K, B is K x N, C is M x N)"
     dtypes = ("float32", "float64", "float16", "bfloat16")
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
             FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "

@@ -44,6 +44,7 @@ HERE = Path(__file__).resolve().parent
 class ReduceFamily(KernelFamily):
     name = "reduce"
     summary = "sum/max/min/dot reductions"
+    shape_help = "N (--axis all: a flat array), M x N (--axis 0 or 1) or O x R x I (--axis -2: along R)"
     dtypes = DTYPES
     args = (FamilyArg("op", OPS, "sum", "the operation: sum, max, min, dot (sum of a*b), or nanmax, nanmin "
                                          "(NaN ignored, as np.nanmax)"),

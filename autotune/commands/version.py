@@ -1,0 +1,63 @@
+"""``autotune --version``: what a bug report needs to know about this installation.
+
+autotune's version, Python's, and those of the packages that decide what a kernel compiles to and how fast it
+compiles (numba, numba-cuda, NumPy, the CUDA wheels: cuda-bindings, NVVM, nvJitLink), the CUDA driver's where one
+can be loaded, and which of autotune's compile-time replacements of numba-cuda internals are active
+(``autotune._patches.report()``, where this build has it).
+"""
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+
+PACKAGES = ("numba", "numba-cuda", "numpy", "cuda-bindings", "cuda-core", "nvidia-nvvm", "nvidia-nvjitlink",
+            "nvidia-cuda-nvrtc", "optuna", "jinja2", "ml_dtypes")
+
+
+def installed(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def driver_version() -> str:
+    """The CUDA driver's version as 'major.minor' (cuda-bindings' public cuDriverGetVersion), or why none."""
+    try:
+        from cuda.bindings import driver
+
+        err, version = driver.cuDriverGetVersion()
+        if int(err) != 0:
+            return f"unavailable ({err!r})"
+        return f"{version // 1000}.{version % 1000 // 10}"
+    except Exception as exc:  # no driver library on this machine, or no cuda-bindings
+        text = " ".join(str(exc).split()).split(". ")[0]
+        return f"none loaded ({type(exc).__name__}: {text[:160]})"
+
+
+def replacements() -> list[tuple[str, str]] | None:
+    """(name, 'active' or 'inactive: why') for each compile-time replacement of numba-cuda, or None where this
+    build cannot tell."""
+    try:
+        from .. import _patches
+
+        report = _patches.report
+    except (ImportError, AttributeError):
+        return None
+    return list(report())
+
+
+def version_report() -> str:
+    """The lines ``autotune --version`` prints."""
+    from .. import __version__
+
+    lines = [f"autotune {__version__}", f"python {platform.python_version()} ({platform.platform()})"]
+    lines += [f"{name} {installed(name)}" for name in PACKAGES]
+    lines.append(f"CUDA driver: {driver_version()}")
+    found = replacements()
+    if found is None:
+        lines.append("compile-time replacements: this build does not report them")
+    else:
+        lines.append("compile-time replacements of numba-cuda (AUTOTUNE_NUMBA_PATCH chooses them):")
+        lines += [f"  {name}: {state}" for name, state in found]
+    return "\n".join(lines)
