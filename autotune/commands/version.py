@@ -3,7 +3,7 @@
 autotune's version, Python's, and those of the packages that decide what a kernel compiles to and how fast it
 compiles (numba, numba-cuda, NumPy, the CUDA wheels: cuda-bindings, NVVM, nvJitLink), the CUDA driver's where one
 can be loaded, and which of autotune's compile-time replacements of numba-cuda internals are active
-(``autotune._patches.report()``, where this build has it).
+(``autotune._patches.report()``).
 """
 from __future__ import annotations
 
@@ -35,16 +35,11 @@ def driver_version() -> str:
         return f"none loaded ({type(exc).__name__}: {text[:160]})"
 
 
-def replacements() -> list[tuple[str, str]] | None:
-    """(name, 'active' or 'inactive: why') for each compile-time replacement of numba-cuda, or None where this
-    build cannot tell."""
-    try:
-        from .. import _patches
+def replacements() -> list[tuple[str, str]]:
+    """(name, 'active' or 'inactive: why') for each compile-time replacement of numba-cuda internals."""
+    from .. import _patches
 
-        report = _patches.report
-    except (ImportError, AttributeError):
-        return None
-    return list(report())
+    return list(_patches.report())
 
 
 def version_report() -> str:
@@ -54,10 +49,6 @@ def version_report() -> str:
     lines = [f"autotune {__version__}", f"python {platform.python_version()} ({platform.platform()})"]
     lines += [f"{name} {installed(name)}" for name in PACKAGES]
     lines.append(f"CUDA driver: {driver_version()}")
-    found = replacements()
-    if found is None:
-        lines.append("compile-time replacements: this build does not report them")
-    else:
-        lines.append("compile-time replacements of numba-cuda (AUTOTUNE_NUMBA_PATCH chooses them):")
-        lines += [f"  {name}: {state}" for name, state in found]
+    lines.append("compile-time replacements of numba-cuda (AUTOTUNE_NUMBA_PATCH chooses them):")
+    lines += [f"  {name}: {state}" for name, state in replacements()]
     return "\n".join(lines)
