@@ -203,6 +203,13 @@ def test_a_written_file_is_cached_as_reading_it_gives_it(tmp_path, no_parse):
     assert loaded(path) == expected
 
 
+def test_what_a_write_caches_is_what_yaml_reads_back(rng):
+    doc = {"a": (1, [2.5, (3, "x")]), "b": {"c": -0.0, "d": None, 7: True}, "e": {1, 2}}
+    assert db.read_back(doc) == yaml.safe_load(db.file_text(doc))
+    with pytest.raises(ValueError):
+        db.read_back({(1, 2): "a key YAML reads back as a list"})
+
+
 def test_a_cache_folder_that_cannot_be_written_costs_only_speed(tmp_path, monkeypatch):
     path = mixed_file(tmp_path)
     blocked = tmp_path / "blocked"

@@ -533,8 +533,19 @@ def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], 
         doc = document(current.device if path.exists() else device, entries, current.foreign)
         text = file_text(doc)
         atomic_write(path, text)
-    # The parse cache of the new text, from the document it was dumped from (what reading the text gives back:
-    # it holds only what YAML writes and reads unchanged), checked as a read checks it: the next read does not
-    # parse the file again.
-    store_written(path, text.encode(), lambda: checked_file(path, doc))
+    # The parse cache of the new text, from the document it was dumped from as reading the text gives it back,
+    # checked as a read checks it: the next read does not parse the file again.
+    store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
     return notes
+
+
+def read_back(value: Any) -> Any:
+    """``value`` as the safe YAML writer writes it and a reader reads it back: tuples become lists, everything
+    else it writes comes back equal. ValueError for a mapping key that might not come back the same."""
+    if isinstance(value, dict):
+        if not all(k is None or isinstance(k, (str, int, float)) for k in value):
+            raise ValueError("a mapping key YAML may not read back as it was")
+        return {k: read_back(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [read_back(v) for v in value]
+    return value
