@@ -21,7 +21,6 @@ a cache that cannot be written is skipped. The process also keeps the files it h
 from __future__ import annotations
 
 import contextlib
-import datetime
 import functools
 import hashlib
 import io
@@ -31,7 +30,7 @@ import sys
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from ..core.registry import family as family_named
 from ..core.registry import is_known
@@ -52,7 +51,7 @@ def cached_file(path: Path, data: bytes, build: Callable[[], DbFile]) -> DbFile:
     is there for the same content and code, else ``build()`` (which may raise DatabaseError), stored for next
     time."""
     source = hashlib.sha256(data).digest()
-    where = str(Path(path).absolute())
+    where = _where(path)
     kept = _memo.get(where)
     if kept is not None and kept[0] == source and kept[1] == _families_key(kept[1]):
         return kept[2]
@@ -72,7 +71,7 @@ def store_written(path: Path, data: bytes, build: Callable[[], DbFile]) -> None:
     """Store the cache of the file just written at ``path`` with the bytes ``data``, as ``build()`` gives it
     (the document it was written from, checked); this process reads it from the cache too. Any failure leaves
     the file to be parsed at its next read."""
-    where = str(Path(path).absolute())
+    where = _where(path)
     with _lock:
         _memo.pop(where, None)
     try:
@@ -89,9 +88,14 @@ def cache_folder() -> Path:
 
 
 def cache_path(where: str) -> Path:
-    """The cache file of the database file at the absolute path ``where`` (one per path: a new content replaces
-    the cache of the old)."""
+    """The cache file of the database file ``where`` (``_where``: one per path, a new content replacing the
+    cache of the old)."""
     return cache_folder() / f"{hashlib.sha256(where.encode()).hexdigest()[:32]}.pickle"
+
+
+def _where(path: Path) -> str:
+    """A database file's absolute path, and the path as given (which the messages of a read name)."""
+    return f"{Path(path).absolute()}\n{path}"
 
 
 def forget() -> None:
@@ -126,7 +130,7 @@ def _code_stamp() -> str:
     return hashlib.sha256("\n".join(stamps).encode()).hexdigest()
 
 
-def _families_key(families: dict[str, Any]) -> dict[str, Any]:
+def _families_key(families: Iterable[str]) -> dict[str, Any]:
     """For each family named: None where it is not registered in this process, else what its validation depends
     on besides autotune's code (its search space file and its own module's folder: sizes and time stamps)."""
     return {name: _family_stamp(name) if is_known(name) else None for name in families}
@@ -269,6 +273,3 @@ class _Unpickler(pickle.Unpickler):
 
 def _unpickled(blob: bytes | memoryview) -> Any:
     return _Unpickler(io.BytesIO(blob)).load()
-
-
-assert datetime  # the module whose classes ALLOWED names: imported so that they need no import while unpickling

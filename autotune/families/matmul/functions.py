@@ -7,7 +7,6 @@ import math
 import numpy as np
 
 from ...core.dtypes import HALF
-from ...runtime import arrays
 from ...runtime.calls import (
     Library,
     Replay,
