@@ -108,9 +108,24 @@ def read_yaml(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = 
               max_depth: int = MAX_DEPTH) -> Any:
     """The value of the YAML file at ``path``; YamlFileError naming the file when it is refused."""
     path = Path(path)
+    text = decode_text(path, read_bytes(path, max_bytes=max_bytes))
+    try:
+        return parse_yaml(text, max_nodes=max_nodes, max_depth=max_depth)
+    except YamlFileError as exc:
+        raise YamlFileError(f"{path}: {exc}") from None
+
+
+def read_bytes(path: Path, *, max_bytes: int = MAX_BYTES) -> bytes:
+    """The bytes of the regular file at ``path``, at most ``max_bytes`` of them (YamlFileError naming the file
+    beyond, or for what is no regular file: ``read_regular``)."""
     data = read_regular(path, max_bytes + 1, YamlFileError)
     if len(data) > max_bytes:
         raise YamlFileError(f"{path}: larger than {max_bytes >> 20} MiB; not read")
+    return data
+
+
+def decode_text(path: Path, data: bytes) -> str:
+    """``data``, read from ``path``, as text: UTF-8 without NUL bytes (YamlFileError naming the file else)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -118,10 +133,7 @@ def read_yaml(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = 
         raise YamlFileError(f"{path}: line {line}: not UTF-8 text (byte {exc.start}); is this a YAML file?") from None
     if "\x00" in text:
         raise YamlFileError(f"{path}: holds NUL bytes; not a YAML text file")
-    try:
-        return parse_yaml(text, max_nodes=max_nodes, max_depth=max_depth)
-    except YamlFileError as exc:
-        raise YamlFileError(f"{path}: {exc}") from None
+    return text
 
 
 def read_regular(path: Path, max_bytes: int, error: type[Exception] = OSError) -> bytes:

@@ -1,6 +1,7 @@
-"""Accept the user's arrays: NumPy (copied to the GPU), Numba device arrays, and anything exposing the CUDA
-Array Interface (CuPy arrays, PyTorch CUDA tensors; PyTorch's bfloat16 tensors through their bits, see
-autotune/core/dtypes.py)."""
+"""Accept the user's arrays: NumPy and other host arrays (PyTorch CPU tensors, DLPack producers on the host;
+copied to the GPU), Numba device arrays, anything exposing the CUDA Array Interface (CuPy arrays, PyTorch CUDA
+tensors; PyTorch's bfloat16 tensors through their bits, see autotune/core/dtypes.py) and DLPack producers on the
+GPU (JAX), read in place. Which library a result is made in: autotune/runtime/libraries.py."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,10 +10,12 @@ import numpy as np
 from numba import cuda
 
 from ..core.dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, retyped, torch_bits
+from .libraries import device_view_of_dlpack, host_view, library_of, refuse_gradients
 
 
 def is_host(x: Any) -> bool:
-    return isinstance(x, np.ndarray)
+    """Whether ``x`` is a host array (NumPy, a PyTorch CPU tensor, a DLPack producer on the host)."""
+    return type(x) is np.ndarray or library_of(x).host
 
 
 def host_to_device(x: np.ndarray):
@@ -44,10 +47,12 @@ def to_host(x: Any) -> np.ndarray:
     return np.asarray(x)
 
 
-def to_device(x: Any, name: str):
-    """A Numba device array viewing ``x``, or for a NumPy array a copy of it on the GPU in the same layout.
+def to_device(x: Any, name: str, dlpack_stream: int = 1):
+    """A Numba device array viewing ``x``, or for a host array (NumPy, PyTorch CPU, DLPack on the host) a copy
+    of it on the GPU in the same layout. ``dlpack_stream``: the stream a DLPack producer on the GPU is asked to
+    have ``x`` ready on (DLPack's numbering: 1 is the legacy default stream, else a handle).
 
-    NumPy and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
+    Host and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
     matmul built with a transposed layout, F-contiguous) and names the copy to make otherwise; nothing is
     copied into another layout behind the caller's back. So a NumPy array whose elements fill one block of memory
     in any order of its axes (a stack of transposed matrices, ``A.transpose(0, 2, 1)``) is copied as that block and
@@ -62,12 +67,19 @@ def to_device(x: Any, name: str):
         return permuted(host_to_device(x.transpose(order)), tuple(int(a) for a in np.argsort(order)))
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
-    if is_torch_bfloat16(x):
+    refuse_gradients(x, name)
+    if library_of(x).host:
+        view = host_view(x, name)
+        if view is not None:
+            return to_device(view, name)
+    elif is_torch_bfloat16(x):
         return retyped(cuda.as_cuda_array(torch_bits(x), sync=False), BFLOAT16)
-    if hasattr(x, "__cuda_array_interface__"):
+    elif hasattr(x, "__cuda_array_interface__"):
         return cuda.as_cuda_array(x, sync=False)  # ordered on the GPU instead: see producer_stream
-    raise TypeError(f"{name} must be a NumPy array, a Numba device array or a CUDA array (CuPy, PyTorch CUDA "
-                    f"tensor); got {type(x).__name__}")
+    elif hasattr(x, "__dlpack__"):
+        return device_view_of_dlpack(x, dlpack_stream)
+    raise TypeError(f"{name} must be a NumPy array, a Numba device array, a CUDA array (CuPy, PyTorch tensor), a "
+                    f"DLPack producer (JAX) or a PyTorch CPU tensor; got {type(x).__name__}")
 
 
 #: NumPy array types taken as plain arrays: ndarray, and memmap (an ndarray over a file's pages, no other meaning)
@@ -126,7 +138,8 @@ def interface(x: Any) -> dict | None:
     """The CUDA Array Interface dict of ``x``, None where it has none; a PyTorch bfloat16 tensor's is its int16
     view's with the typestr "bfloat16" (PyTorch exports none for bfloat16)."""
     if is_torch_bfloat16(x):
-        return dict(torch_bits(x).__cuda_array_interface__, typestr="bfloat16")
+        found = getattr(torch_bits(x), "__cuda_array_interface__", None)  # None for a CPU tensor
+        return None if found is None else dict(found, typestr="bfloat16")
     return getattr(x, "__cuda_array_interface__", None)
 
 

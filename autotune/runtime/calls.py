@@ -7,7 +7,8 @@ family's own) does around its kernel, public for family authors.
 - ``tuned_kernel``: the family's kernel tuned for a problem, kept per problem and database folders for the
   process (the lookup's warnings once per shape).
 - ``result_array``: ``out=`` checked, or a new array from the result pool on the call's stream;
-  ``returned`` gives NumPy's answer (NumPy in, NumPy out). ``staged``/``unstaged``: a call of several launches
+  ``returned`` gives the answer in the caller's library (``libraries.library_of`` of the arguments: NumPy in,
+  NumPy out; PyTorch in, PyTorch out; ...), or ``out`` itself. ``staged``/``unstaged``: a call of several launches
   whose ``out=`` overlaps an input computes into a staging array, copied into ``out`` last.
 - ``Replay``: repeated calls on the same device arrays replay the launches of the first call (see its
   docstring); ``zero_fill`` and ``copy_into`` are the empty cases' answers.
@@ -25,11 +26,12 @@ import numpy as np
 from ..core.dtypes import kernel_view
 from . import arrays, result_pool, streams
 from .launch import Plan, Written
+from .libraries import NUMBA, Library, host_view, library_of
 from .streams import stream_key
 
 __all__ = ["Replay", "device_input", "input_dtype", "same_dtype", "order_of", "c_base", "layout_of", "tuned_kernel",
            "result_array", "staged", "unstaged", "returned", "zero_fill", "copy_into", "normalize_axis", "collapse",
-           "axis_arg", "keepdims_arg"]
+           "axis_arg", "keepdims_arg", "library_of", "Library"]
 
 MAX_REPLAYS = 256
 _kernels: dict[tuple, Any] = {}
@@ -42,15 +44,18 @@ class Replay:
     replay the launches of the first call: no conversions, checks or lookups, only the launches (launch.Plan)
     and, where an array names a producer stream other than the launch stream, the wait for it. With ``out=`` the
     plan writes ``out`` again; without, each call gets a new array (callers keep their results) and the plan is
-    moved onto it (``Plan.moved``), where its launches allow that (not in the simulator)."""
+    moved onto it (``Plan.moved``), where its launches allow that (not in the simulator), and handed back in
+    ``library``, the caller's (part of the key: the same memory passed as another library's array gets that
+    library's result)."""
 
-    def __init__(self, call: tuple, inputs: tuple, out, stream):
+    def __init__(self, call: tuple, inputs: tuple, out, stream, library: Library = NUMBA):
         self.stream = stream
         self.out = out
+        self.library = library
         self.interfaces = [None if v is None else (arrays.interface(v) or False)
                            for v in (*inputs, out)]
         found = arrays.interfaces_key(self.interfaces)
-        self.key = None if found is None else (call, found, stream_key(stream))
+        self.key = None if found is None else (call, library.name, found, stream_key(stream))
 
     def result(self):
         """The call's output, replayed, if the call was kept (written as far as the stream goes); else None."""
@@ -62,7 +67,8 @@ class Replay:
         if self.out is not None:
             plan()
             return self.out
-        return written.replay(plan, self.stream)
+        new = written.replay(plan, self.stream)
+        return new if self.library.wrap is None else self.library.wrap(new)
 
     def follow(self) -> None:
         streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
@@ -156,8 +162,10 @@ def tuned_kernel(family: str, shape: tuple[int, ...], dtype: str, **args):
     return kernel
 
 
-def device_input(x, name: str):
-    return arrays.to_device(x, name)
+def device_input(x, name: str, stream=None):
+    """``x`` as a device array (host arrays copied, device arrays viewed; a DLPack producer asked to have it ready
+    on ``stream``, as returned by ``streams.as_stream``)."""
+    return arrays.to_device(x, name, dlpack_stream=streams.dlpack_stream(stream))
 
 
 def input_dtype(family: str, op: str, d) -> str:
@@ -201,16 +209,20 @@ def layout_of(d, name: str) -> str:
 
 
 def result_array(out, shape: tuple[int, ...], dtype: str, order: str, stream):
-    """``out`` checked (a device array of the result's shape, dtype and layout), or a new device array for work
-    on ``stream``."""
+    """``out`` checked (an array of the result's shape and dtype; on the device, of the result's layout), or a new
+    device array for work on ``stream``. For a host ``out`` (NumPy, PyTorch CPU), a new device array too, which
+    ``returned`` copies into it."""
     if out is None:
         return result_pool.empty(shape, dtype, order, stream)
-    if arrays.is_host(out):
-        raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
-    d = arrays.to_device(out, "out")
-    if tuple(d.shape) != shape or np.dtype(d.dtype).name != dtype:
-        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {tuple(d.shape)} and "
-                         f"{np.dtype(d.dtype).name}")
+    if library_of(out).host:
+        view = host_view(out, "out", writable=True)
+        if view is None:
+            raise TypeError(f"out must be an array (NumPy, PyTorch, CuPy, Numba or another CUDA array); got "
+                            f"{type(out).__name__}")
+        _check_out(tuple(view.shape), np.dtype(view.dtype).name, shape, dtype)
+        return result_pool.empty(shape, dtype, order, stream)
+    d = arrays.to_device(out, "out", dlpack_stream=streams.dlpack_stream(stream))
+    _check_out(tuple(d.shape), np.dtype(d.dtype).name, shape, dtype)
     contiguous = arrays.is_c_contiguous(d) if order == "C" else arrays.is_f_contiguous(d)
     if not contiguous:
         what = "C-contiguous" if order == "C" else "F-contiguous (the input is a transposed view)"
@@ -238,6 +250,11 @@ def unstaged(result, target, stream) -> Plan:
     return Plan([functools.partial(kernel_view(result).copy_to_device, kernel_view(target), stream=stream)], result)
 
 
+def _check_out(got_shape: tuple[int, ...], got_dtype: str, shape: tuple[int, ...], dtype: str) -> None:
+    if got_shape != shape or got_dtype != dtype:
+        raise ValueError(f"out must have shape {shape} and dtype {dtype}, got {got_shape} and {got_dtype}")
+
+
 def zero_fill(d, stream) -> None:
     """d = 0 (all bits zero: +0.0 in every float dtype), copied as bits where d is bfloat16."""
     from numba import cuda
@@ -255,10 +272,13 @@ def copy_into(result, d, stream) -> None:
                                                                      stream=stream)
 
 
-def returned(result, host: bool, out=None, scalar: bool = False):
-    """NumPy's answer: for NumPy inputs a NumPy array (a scalar where NumPy gives one); for device inputs ``out``
-    itself where given, else the new device array."""
-    if not host:
-        return out if out is not None else result
-    value = arrays.device_to_host(result)
-    return value[()] if scalar else value
+def returned(result, library: Library, out=None, scalar: bool = False):
+    """The call's answer: ``out`` itself where given (a host ``out`` gets the result copied in), else the result in
+    the caller's ``library`` (``libraries.Library.result``); ``scalar``: NumPy gives a scalar here."""
+    if out is not None:
+        if library_of(out).host:
+            np.copyto(host_view(out, "out", writable=True), arrays.device_to_host(result))
+        return out
+    if library.host:
+        return library.result(arrays.device_to_host(result), scalar)
+    return result if library.wrap is None else library.wrap(result)

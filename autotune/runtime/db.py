@@ -31,7 +31,8 @@ from ..core.registry import FamilyError, is_known
 from ..core.registry import family as family_named
 from ..core.space import load_space
 from ..core.timing import Timing
-from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
+from ..core.yamlfast import parse_yaml_fast
+from ..core.yamlfile import YamlFileError, decode_text, dump_yaml, read_bytes
 
 SCHEMA = 1
 STANDARD_FIELDS = ("family", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
@@ -41,6 +42,10 @@ REQUIRED = ("family", "dtype", "shape", "params", "time")
 OLD_FIELDS = {"kernel": "family"}
 MAX_MS = 1e9  # a time beyond 11 days is no measurement
 MAX_NUMBER = 1e15
+#: A database file's bounds: 32 MiB holds about 40,000 entries as the writer writes them (a hundred times the
+#: shipped files); the values (after aliases) are bounded in proportion, as the memory a parse takes.
+MAX_FILE_BYTES = 32 << 20
+MAX_FILE_NODES = 4_000_000
 
 
 class DatabaseError(ValueError):
@@ -72,10 +77,31 @@ class DbFile:
     problems: list[str]
     #: entries of families not registered in this process: kept verbatim, not used
     foreign: list[dict[str, Any]] = field(default_factory=list)
+    _kinds: dict[str, list[Entry]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def foreign_families(self) -> list[str]:
         return sorted({str(family_of(raw)) for raw in self.foreign})
+
+    def family_names(self) -> list[str]:
+        """The families its entries name, registered in this process or not."""
+        return sorted({e.problem.family for e in self.entries} | {str(family_of(raw)) for raw in self.foreign})
+
+    def like(self, problem: Problem) -> list[Entry]:
+        """The entries of ``problem``'s family, dtype and arguments, of any shape, in file order: the ones a
+        lookup of ``problem`` chooses from."""
+        if self._kinds is None:
+            kinds: dict[str, list[Entry]] = {}
+            for entry in self.entries:
+                kinds.setdefault(kind_of(entry.problem), []).append(entry)
+            self._kinds = kinds
+        return self._kinds.get(kind_of(problem), [])
+
+
+def kind_of(problem: Problem) -> str:
+    """What the entries that may stand for one another share: family, dtype and arguments (a problem's key less
+    its shape, 'matmul/float32/nn')."""
+    return f"{problem.family}/{problem.dtype}/{problem.impl.key_tag(problem.args)}"
 
 
 def db_dir(path: str | os.PathLike | None = None) -> Path:
@@ -90,36 +116,66 @@ def db_path(folder: Path, device_name: str) -> Path:
 
 # -- reading ----------------------------------------------------------------------------------------
 def load_file(path: Path, *, strict: bool = False) -> DbFile:
-    """Entries of one file; bad entries are skipped and described in ``problems`` (raised when strict).
-    DatabaseError when the file as a whole cannot be used."""
-    where = str(path)
+    """Entries of one file; bad entries are skipped and described in ``problems`` (the first is raised when
+    strict). DatabaseError when the file as a whole cannot be used.
+
+    Read through the parse cache (``db_cache.py``): a file whose content this code has read and validated
+    before is not parsed or validated again."""
+    from .db_cache import cached_file
+
+    path = Path(path)
     try:
-        data = read_yaml(path)
+        data = read_bytes(path, max_bytes=MAX_FILE_BYTES)
     except YamlFileError as exc:
-        detail = str(exc).removeprefix(where + ": ")
-        raise DatabaseError(f"{where}: {'' if detail.startswith('cannot read') else 'cannot read: '}{detail}") from None
-    if not isinstance(data, dict):
+        raise _unreadable(path, exc) from None
+    db_file = cached_file(path, data, lambda: parse_file(path, data))
+    if strict and db_file.problems:
+        raise DatabaseError(db_file.problems[0])
+    return db_file
+
+
+def _unreadable(path: Path, exc: YamlFileError) -> DatabaseError:
+    detail = str(exc).removeprefix(f"{path}: ")
+    return DatabaseError(f"{path}: {'' if detail.startswith('cannot read') else 'cannot read: '}{detail}")
+
+
+def parse_file(path: Path, data: bytes) -> DbFile:
+    """The database file ``path`` whose bytes are ``data``, parsed (libyaml where usable, bounded as every
+    user file) and checked (``checked_file``); DatabaseError when the file as a whole cannot be used."""
+    try:
+        doc = parse_yaml_fast(decode_text(path, data), max_nodes=MAX_FILE_NODES)
+    except YamlFileError as exc:
+        raise _unreadable(path, exc) from None
+    return checked_file(path, doc)
+
+
+def checked_file(path: Path, doc: Any) -> DbFile:
+    """The parsed file ``doc`` of ``path`` checked: the file's fields, then every entry; DatabaseError when the
+    file as a whole cannot be used."""
+    where = str(path)
+    if not isinstance(doc, dict):
         raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
-    if data.get("schema") != SCHEMA:
-        raise DatabaseError(f"{where}: field 'schema' is {data.get('schema')!r}; this autotune reads schema {SCHEMA}")
-    extra = sorted(str(k) for k in data if k not in ("schema", "device", "entries"))
+    if doc.get("schema") != SCHEMA:
+        raise DatabaseError(f"{where}: field 'schema' is {doc.get('schema')!r}; this autotune reads schema {SCHEMA}")
+    extra = sorted(str(k) for k in doc if k not in ("schema", "device", "entries"))
     if extra:
         raise DatabaseError(f"{where}: unknown field {extra[0]!r} (a file has schema, device, entries)")
     try:
-        device = _device(data.get("device"))
+        device = _device(doc.get("device"))
     except DatabaseError as exc:
         raise DatabaseError(f"{where}: {exc}") from None
-    entries = data.get("entries") or []
+    entries = doc.get("entries") or []
     if not isinstance(entries, list):
         raise DatabaseError(f"{where}: field 'entries' must be a list")
     good, problems, foreign, first = [], [], [], {}
+    validated: dict[tuple, dict[str, Any]] = {}
     for i, raw in enumerate(entries):
         label = f"{where}: entry #{i + 1}{_entry_label(raw)}"
         if isinstance(raw, dict) and isinstance(family_of(raw), str) and not is_known(family_of(raw)):
             foreign.append(raw)
             continue
         try:
-            entry = parse_entry(raw)
+            entry = parse_entry(raw, validated)
         except DatabaseError as exc:
             message = f"{label}: {exc}"
         else:
@@ -130,8 +186,6 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
                 continue
             message = (f"{label}: a second entry for {key} (entry #{first[key]} is the one used); remove one of "
                        f"them")
-        if strict:
-            raise DatabaseError(message)
         problems.append(message)
     return DbFile(path=path, device=device, entries=good, problems=problems, foreign=foreign)
 
@@ -156,9 +210,11 @@ def _device(value: Any) -> dict[str, Any]:
     return value
 
 
-def parse_entry(raw: Any) -> Entry:
+def parse_entry(raw: Any, validated: dict[tuple, dict[str, Any]] | None = None) -> Entry:
     """One entry checked against the schema and its search space; DatabaseError names the field. Every field
-    another command reads is checked here, so what passes is safe to show, merge and use."""
+    another command reads is checked here, so what passes is safe to show, merge and use. ``validated``: the
+    parameters already checked while reading one file, by family, dtype, arguments and values (many entries
+    of a file share their winner's parameters, and the check does not depend on the shape)."""
     if not isinstance(raw, dict):
         raise DatabaseError("an entry must be a mapping")
     raw = _renamed(raw)
@@ -196,14 +252,31 @@ def parse_entry(raw: Any) -> Entry:
     params = raw["params"]
     if not isinstance(params, dict):
         raise DatabaseError("field 'params' must be a mapping of parameter names to values")
-    try:
-        # Parameters added to the templates after the entry was written take their defaults, which by the rule
-        # of the search spaces reproduce the kernel the entry measured.
-        checked = load_space(family).validate(params, dtype=dtype, args=problem.args)
-    except ValueError as exc:
-        raise DatabaseError(f"field 'params': {_short_text(exc)}") from None
+    key = _validation_key(problem, params) if validated is not None else None
+    checked = validated.get(key) if key is not None else None
+    if checked is None:
+        try:
+            # Parameters added to the templates after the entry was written take their defaults, which by the
+            # rule of the search spaces reproduce the kernel the entry measured.
+            checked = load_space(family).validate(params, dtype=dtype, args=problem.args)
+        except ValueError as exc:
+            raise DatabaseError(f"field 'params': {_short_text(exc)}") from None
+        if key is not None:
+            validated[key] = checked
     _check_fields(raw)
-    return Entry(problem=problem, params=checked, record=dict(raw))
+    return Entry(problem=problem, params=dict(checked), record=dict(raw))
+
+
+def _validation_key(problem: Problem, params: dict[str, Any]) -> tuple | None:
+    """What a parameter check depends on, each value with its type (True is not 1 to the check); None where a
+    value is not hashable."""
+    try:
+        key = (problem.family, problem.dtype, tuple((k, type(v), v) for k, v in sorted(problem.args.items())),
+               tuple((str(k), type(v), v) for k, v in sorted(params.items(), key=lambda kv: str(kv[0]))))
+        hash(key)
+    except TypeError:
+        return None
+    return key
 
 
 def family_of(raw: Mapping[str, Any]) -> Any:
@@ -432,9 +505,17 @@ def _sort_key(entry: Entry) -> tuple:
 def dump(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> str:
     """The file text: deterministic (entries sorted by key, keys in insertion order), so diffs stay clean; entries
     of families not registered here follow, as they were."""
+    return file_text(document(device, entries, foreign))
+
+
+def document(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> dict[str, Any]:
+    """What ``dump`` writes, before it is text."""
     records = [e.record for e in sorted(entries, key=_sort_key)]
     records += sorted(foreign, key=lambda raw: (str(family_of(raw)), dump_yaml(raw)))
-    doc = {"schema": SCHEMA, "device": dict(device), "entries": records}
+    return {"schema": SCHEMA, "device": dict(device), "entries": records}
+
+
+def file_text(doc: Mapping[str, Any]) -> str:
     header = "# Tuned kernels for one GPU model, written by `autotune`. Safe to commit; loaded with yaml.safe_load.\n"
     return header + dump_yaml(doc, sort_keys=False, default_flow_style=None, width=120)
 
@@ -564,11 +645,30 @@ def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], 
                   reason: str = "--force") -> list[str]:
     """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were. A
     symbolic link is written through (its target's folder is locked and its target replaced)."""
+    from .db_cache import store_written
+
     path = write_destination(path)
     with locked(path):
         current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
         if current.problems:
             raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
         entries, notes = merge(current.entries, incoming, force=force, reason=reason)
-        atomic_write(path, dump(current.device if path.exists() else device, entries, current.foreign))
+        doc = document(current.device if path.exists() else device, entries, current.foreign)
+        text = file_text(doc)
+        atomic_write(path, text)
+    # The parse cache of the new text, from the document it was dumped from as reading the text gives it back,
+    # checked as a read checks it: the next read does not parse the file again.
+    store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
     return notes
+
+
+def read_back(value: Any) -> Any:
+    """``value`` as the safe YAML writer writes it and a reader reads it back: tuples become lists, everything
+    else it writes comes back equal. ValueError for a mapping key that might not come back the same."""
+    if isinstance(value, dict):
+        if not all(k is None or isinstance(k, (str, int, float)) for k in value):
+            raise ValueError("a mapping key YAML may not read back as it was")
+        return {k: read_back(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [read_back(v) for v in value]
+    return value

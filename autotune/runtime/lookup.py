@@ -133,16 +133,21 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     folders = [folders] if isinstance(folders, Path) else list(folders)
     info = current_device() if device is None else None
     name = device or info.name
-    own = [f for f in (_read(db_path(folder, name)) for folder in folders) if f is not None]
-    for db_file in own:
-        entry, distance = nearest(problem, db_file.entries)
+    own = []
+    for folder in folders:  # this GPU model's file of each folder, read only until one has the exact entry
+        db_file = _read(db_path(folder, name))
+        if db_file is None:
+            continue
+        entry, distance = nearest(problem, db_file.like(problem))
         if entry is not None and distance == 0:
-            return Choice(entry.params, None, entry, db_file.path)
+            return Choice(dict(entry.params), None, entry, db_file.path)
+        own.append(db_file)
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found
-        return Choice(entry.params, f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
-                                    f"{shape_text(entry.problem.shape)}, from {db_file.path}", entry, db_file.path)
+        return Choice(dict(entry.params), f"no tuned entry for {problem.key} on {name}; using the nearest entry, "
+                                          f"shape {shape_text(entry.problem.shape)}, from {db_file.path}",
+                      entry, db_file.path)
     if info is not None:
         others = [f for folder in folders for f in _folder_files(folder)
                   if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
@@ -151,9 +156,9 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
-            return Choice(entry.params, f"no tuned entry for {problem.key} on {name}; using {what} from "
-                                        f"{db_file.path} ({db_file.device.get('name')}, same compute capability)",
-                          entry, db_file.path)
+            return Choice(dict(entry.params), f"no tuned entry for {problem.key} on {name}; using {what} "
+                                              f"from {db_file.path} ({db_file.device.get('name')}, same compute "
+                                              f"capability)", entry, db_file.path)
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
                   f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
@@ -199,7 +204,7 @@ def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False
     """The entry nearest to ``problem`` over ``files``, the earlier file winning a tie."""
     best = None
     for db_file in files:
-        entry, distance = nearest(problem, db_file.entries)
+        entry, distance = nearest(problem, db_file.like(problem))
         if entry is not None and (best is None or distance < best[0]):
             best = (distance, entry, db_file)
     return (best[1], best[2]) if best else None
@@ -266,7 +271,7 @@ def tuning_starts(path: Path | list[Path], problem: Problem, neighbours: int = 3
         db_file = _read(p)
         if db_file is None:
             continue
-        for distance, entry in by_distance(problem, db_file.entries):
+        for distance, entry in by_distance(problem, db_file.like(problem)):
             if index == 0 and distance == 0:
                 incumbent = entry.params
             else:

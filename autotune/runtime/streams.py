@@ -86,6 +86,13 @@ def _same_stream(producer: int, own: int) -> bool:
     return producer == own or (producer == LEGACY and own == 0)
 
 
+def dlpack_stream(stream: Any) -> int:
+    """The DLPack protocol's number of a stream returned by ``as_stream`` (or None: the default): 1 for the legacy
+    default stream, else its handle; what a DLPack producer is asked to have its data ready on."""
+    key = 0 if stream is None else stream_key(stream)
+    return LEGACY if key == 0 else key
+
+
 def stream_key(stream: Any) -> int:
     """What identifies a stream returned by ``as_stream`` in per-stream caches: its handle (0 for the default)."""
     if stream is DEFAULT or backend.simulator():

@@ -180,7 +180,7 @@ def neighbours_from(files: Sequence, sweep: Sweep, count: int = 3) -> tuple[dict
 
     ranked = []
     for path in files:
-        ranked += [(d, e.params) for d, e in by_distance(sweep.problem, load_file(path).entries) if d > 0]
+        ranked += [(d, e.params) for d, e in by_distance(sweep.problem, load_file(path).like(sweep.problem)) if d > 0]
     found: list[dict[str, Any]] = []
     for _, params in sorted(ranked, key=lambda item: item[0]):
         if params not in found:

@@ -7,11 +7,12 @@ import math
 import numpy as np
 
 from ...core.dtypes import HALF
-from ...runtime import arrays
 from ...runtime.calls import (
+    Library,
     Replay,
     device_input,
     layout_of,
+    library_of,
     result_array,
     returned,
     same_dtype,
@@ -34,15 +35,16 @@ def matmul(A, B, *, out=None, dtype=None, stream=None, precision: str = "ieee"):
     operands' (default) or, for float16 and bfloat16 operands, float32 (the float32 sums, not rounded, as
     ``np.matmul(A, B, dtype=np.float32)``). ``precision`` (float32 only): "ieee" fp32 products, "3xtf32"
     fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded operands (see the matmul family)."""
-    return matmul_call(A, B, out, stream, arrays.is_host(A) and arrays.is_host(B), precision, dtype)
+    return matmul_call(A, B, out, stream, library_of(A, B), precision, dtype)
 
 
-def matmul_call(A, B, out, stream, host: bool, precision: str = "ieee", requested=None):
+def matmul_call(A, B, out, stream, library: Library, precision: str = "ieee", requested=None):
+    """``A @ B`` as ``np.matmul``, the result in ``library`` (see autotune/runtime/libraries.py)."""
     launch_stream = as_stream(stream)
-    replay = Replay(("matmul", precision, requested), (A, B), out, launch_stream)
+    replay = Replay(("matmul", precision, requested), (A, B), out, launch_stream, library)
     if (replayed := replay.result()) is not None:
         return replayed
-    dA, dB = device_input(A, "A"), device_input(B, "B")
+    dA, dB = device_input(A, "A", launch_stream), device_input(B, "B", launch_stream)
     dtype = same_dtype("matmul", "matmul", dA, dB)
     out_dtype = matmul_out_dtype(dtype, requested)
     args = matmul_family.family_args(precision=precision, out_dtype=None if out_dtype == dtype else out_dtype)
@@ -76,7 +78,7 @@ def matmul_call(A, B, out, stream, host: bool, precision: str = "ieee", requeste
                                   precision=precision, out_dtype=args["out_dtype"])
             plans.append(kernel.bind(a, b, out=c3[index] if index else c3, stream=launch_stream))
         replay.run(Plan.joined([*plans, unstaged(result, target, launch_stream)], result), result)
-    return returned(result, host, out, scalar=shape == ())
+    return returned(result, library, out, scalar=shape == ())
 
 
 def matmul_out_dtype(dtype: str, requested) -> str:

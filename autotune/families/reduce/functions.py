@@ -11,6 +11,7 @@ from typing import Any
 
 from ...runtime import arrays
 from ...runtime.calls import (
+    Library,
     Replay,
     axis_arg,
     c_base,
@@ -19,6 +20,7 @@ from ...runtime.calls import (
     device_input,
     input_dtype,
     keepdims_arg,
+    library_of,
     normalize_axis,
     order_of,
     result_array,
@@ -60,16 +62,18 @@ def nanmin(x, axis=None, *, keepdims: bool = False, out=None, stream=None):
     return reduce_call("nanmin", x, axis, keepdims, None, out, stream)
 
 
-def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, host: bool | None = None):
+def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, library: Library | None = None):
+    """The reduction ``op`` of ``x`` (and ``y``, for dot) as NumPy has it, the result in ``library`` (default: the
+    arguments', see autotune/runtime/libraries.py)."""
     launch_stream = as_stream(stream)
     axis, keepdims = axis_arg(axis), keepdims_arg(keepdims)  # checked first: a replay's key holds them
-    replay = Replay(("reduce", op, axis, keepdims, dtype), (x, y), out, launch_stream)
+    if library is None:
+        library = library_of(x, y)
+    replay = Replay(("reduce", op, axis, keepdims, dtype), (x, y), out, launch_stream, library)
     if (replayed := replay.result()) is not None:
         return replayed
-    if host is None:
-        host = arrays.is_host(x) and (y is None or arrays.is_host(y))
-    d = device_input(x, "x")
-    dy = device_input(y, "y") if y is not None else None
+    d = device_input(x, "x", launch_stream)
+    dy = device_input(y, "y", launch_stream) if y is not None else None
     dtype_name = same_dtype("reduce", op, d, dy) if dy is not None else input_dtype("reduce", op, d)
     answer_dtype = _answer_dtype(op, dtype_name, dtype)
     axes = normalize_axis(axis, d.ndim)
@@ -97,7 +101,7 @@ def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, ho
         replay.run(kernel.bind(*inputs, out=target, stream=launch_stream), result)
     elif outer * inner:
         zero_fill(result, launch_stream)
-    return returned(result, host, out, scalar=not keepdims and len(answer_shape) == 0)
+    return returned(result, library, out, scalar=not keepdims and len(answer_shape) == 0)
 
 
 def problem_form(outer: int, extent: int, inner: int) -> tuple[tuple[int, ...], Any]:

@@ -14,6 +14,7 @@ from ...core.dtypes import kernel_view, storage
 from ...core.family import Kernel
 from ...runtime import arrays, result_pool
 from ...runtime.launch import Plan, Planned, configure, elementwise, fill, zero
+from ...runtime.libraries import library_of
 from ...runtime.streams import DEFAULT, as_stream, follow, stream_key
 from .config import (
     accumulator_dtype,
@@ -101,13 +102,14 @@ class ReduceKernel(Planned, Kernel):
             _, run = self._prepare(x, y, out, stream)
             run()
             return out
+        library = library_of(x, y)
         if (result := self._replayed_new((x, y), stream)) is not None:
-            return result
+            return result if library.wrap is None else library.wrap(result)
         result = self._run_new((x, y), self._prepare(x, y, out, stream), stream)
-        if arrays.is_host(x) and (y is None or arrays.is_host(y)):
+        if library.host:  # a whole reduction gives NumPy's scalar (a 0-d PyTorch tensor)
             value = arrays.device_to_host(result)
-            return value[0] if self.axis is None else value
-        return result
+            return library.result(value.reshape(()) if self.axis is None else value, scalar=self.axis is None)
+        return result if library.wrap is None else library.wrap(result)
 
     def bind(self, x, y=None, *, out=None, stream=None) -> Plan:
         """The call ``k(x[, y], out=out, stream=stream)`` checked once; calling the plan launches it again and

@@ -1,0 +1,170 @@
+"""The array libraries callers use, and results handed back in the caller's own.
+
+A call's result is made in the library of its first array argument that is not a NumPy array (NumPy when all
+are), on that argument's side of the bus, without copying on the device:
+
+| argument | read as | result |
+| --- | --- | --- |
+| NumPy array | copied to the GPU | NumPy array (a NumPy scalar where NumPy gives one) |
+| Numba device array | in place | Numba device array |
+| PyTorch CUDA tensor | in place (bfloat16 through its bits) | PyTorch tensor on its device, viewing the result |
+| PyTorch CPU tensor | copied to the GPU | PyTorch CPU tensor (0-d where NumPy gives a scalar, as ``torch.sum``) |
+| CuPy array | in place | CuPy array viewing the result |
+| another CUDA Array Interface or DLPack producer on the GPU | in place | Numba device array |
+| a DLPack producer on the host (JAX on the CPU) | copied to the GPU | NumPy array |
+
+PyTorch and CuPy results view the memory of a new device array made by ``result_pool``: the library's array
+keeps that array alive, and its block returns to the pool with the last view, by the pool's rule. A tensor that
+records gradients is refused: autotune's functions record none (``autotune.torch`` has a differentiable matmul).
+Which library an argument belongs to is worked out once per type (and per device for PyTorch).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from ..core.dtypes import BFLOAT16, retyped
+
+DLPACK_HOST = (1, 3)  # DLPack's kDLCPU, kDLCUDAHost: memory the host reads
+DLPACK_DEVICE = (2, 13)  # kDLCUDA, kDLCUDAManaged
+
+
+@dataclass(frozen=True)
+class Library:
+    """An array library as a call meets it: ``host`` (its arrays are read by copying them to the GPU, and its
+    results copied back) and how a result is made one of its arrays (``wrap``: from a NumPy array for host
+    libraries, from a Numba device array for the others)."""
+
+    name: str
+    host: bool
+    wrap: Callable[[Any], Any] | None = None  # None: the array as it is
+
+    def result(self, value: Any, scalar: bool = False) -> Any:
+        """``value`` (a NumPy array for a host library, else a Numba device array) as this library's result;
+        ``scalar``: NumPy gives a scalar here (a NumPy result is one; a PyTorch or CuPy one is 0-d)."""
+        if self.wrap is not None:
+            return self.wrap(value)
+        return value[()] if scalar and self.host else value
+
+
+def _torch_from_numpy(value: np.ndarray):
+    import torch
+
+    if value.dtype == BFLOAT16:
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
+
+
+def _torch_from_device(d):
+    import torch
+
+    if d.dtype == BFLOAT16:
+        return torch.as_tensor(retyped(d, np.dtype(np.int16))).view(torch.bfloat16)
+    return torch.as_tensor(d)
+
+
+def _cupy_from_device(d):
+    import cupy
+
+    if d.dtype == BFLOAT16:
+        return cupy.asarray(retyped(d, np.dtype(np.uint16))).view(BFLOAT16)
+    return cupy.asarray(d)
+
+
+NUMPY = Library("numpy", host=True)
+NUMBA = Library("numba", host=False)
+TORCH = Library("torch", host=False, wrap=_torch_from_device)
+TORCH_CPU = Library("torch-cpu", host=True, wrap=_torch_from_numpy)
+CUPY = Library("cupy", host=False, wrap=_cupy_from_device)
+DEVICE = Library("device", host=False)  # another CUDA Array Interface or DLPack producer on the GPU
+HOST = Library("host", host=True)  # a DLPack producer on the host
+UNKNOWN = Library("unknown", host=True)  # no array: refused where it is read
+
+_by_type: dict[type, Callable[[Any], Library]] = {}
+_lock = threading.Lock()
+
+
+def library_of(*xs: Any) -> Library:
+    """The library of the first argument that is not a NumPy array (None arguments ignored); NumPy when all
+    are."""
+    for x in xs:
+        if x is None or type(x) is np.ndarray:
+            continue
+        which = _by_type.get(type(x))
+        if which is None:
+            with _lock:
+                which = _by_type.setdefault(type(x), _classified(x))
+        library = which(x)
+        if library is not NUMPY:
+            return library
+    return NUMPY
+
+
+def _classified(x: Any) -> Callable[[Any], Library]:
+    """How to tell the library of an object of ``type(x)`` (PyTorch's tensors of one type live on either side)."""
+    from numba import cuda
+
+    module = type(x).__module__
+    if isinstance(x, np.ndarray):
+        return lambda _: NUMPY
+    if cuda.devicearray.is_cuda_ndarray(x):
+        return lambda _: NUMBA
+    if module.startswith("torch"):
+        return lambda t: TORCH if t.is_cuda else TORCH_CPU
+    if module.startswith("cupy"):
+        return lambda _: CUPY
+    if hasattr(x, "__cuda_array_interface__"):
+        return lambda _: DEVICE
+    if hasattr(x, "__dlpack__") and hasattr(x, "__dlpack_device__"):
+        return lambda a: HOST if a.__dlpack_device__()[0] in DLPACK_HOST else DEVICE
+    return lambda _: UNKNOWN
+
+
+def host_view(x: Any, name: str, writable: bool = False) -> np.ndarray | None:
+    """The NumPy array viewing the host array ``x`` (NumPy, a PyTorch CPU tensor, a host DLPack producer), None
+    where ``x`` is none; ``writable``: ValueError where it cannot be written (an ``out=``)."""
+    library = library_of(x)
+    if library is NUMPY and isinstance(x, np.ndarray):
+        view = x
+    elif library is TORCH_CPU:
+        refuse_gradients(x, name)
+        view = x.view(_torch().int16).numpy().view(BFLOAT16) if str(x.dtype) == "torch.bfloat16" else x.numpy()
+    elif library is HOST:
+        view = np.from_dlpack(x)
+    else:
+        return None
+    if writable and not view.flags.writeable:
+        raise ValueError(f"{name} is read-only")
+    return view
+
+
+def refuse_gradients(x: Any, name: str) -> None:
+    """ValueError for a PyTorch tensor that records gradients: the result would silently lose them."""
+    if getattr(x, "requires_grad", False):
+        raise ValueError(f"{name} requires grad: autotune's functions record no gradients; pass {name}.detach(), "
+                         f"or use autotune.torch, whose matmul is differentiable")
+
+
+def device_view_of_dlpack(x: Any, stream_handle: int):
+    """A Numba device array viewing the device memory of the DLPack producer ``x`` (through cuda.core's
+    ``StridedMemoryView``), its data ready for work on the stream ``stream_handle`` (the producer orders it
+    there, by the DLPack protocol)."""
+    from cuda.core.utils import StridedMemoryView
+    from numba import cuda
+
+    view = StridedMemoryView.from_dlpack(x, stream_ptr=stream_handle)
+    itemsize = np.dtype(view.dtype).itemsize
+    strides = None if view.strides is None else tuple(s * itemsize for s in view.strides)
+    typestr = "bfloat16" if view.dtype == BFLOAT16 else np.dtype(view.dtype).str
+    interface = {"shape": tuple(view.shape), "strides": strides, "typestr": typestr,
+                 "data": (view.ptr, bool(view.readonly)), "version": 3, "stream": None}
+    return cuda.from_cuda_array_interface(interface, owner=view, sync=False)
+
+
+def _torch():
+    import torch
+
+    return torch

@@ -1,0 +1,191 @@
+"""Results in the caller's array library (autotune/runtime/libraries.py), in the CUDA simulator: NumPy in, NumPy
+out; PyTorch CPU tensors in, PyTorch tensors out (bfloat16 included); host DLPack producers read; ``out=`` of
+each; which library a call's arguments belong to. PyTorch's own tests run where PyTorch is installed; its and
+CuPy's GPU results are checked by lab/interop_gpu.py on a GPU."""
+import warnings
+
+import ml_dtypes
+import numpy as np
+import pytest
+from checks import assert_matmul_close, small_integers
+from numba import cuda
+
+import autotune
+from autotune.runtime import libraries
+from autotune.runtime.libraries import library_of
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+@pytest.fixture(autouse=True)
+def empty_database(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_DB", str(tmp_path))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", autotune.TunedKernelWarning)
+        yield
+
+
+class HostDLPack:
+    """A DLPack producer on the host that is nothing else (as a JAX array on the CPU is to autotune)."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+class DeviceDLPack:
+    def __dlpack__(self, **kwargs):  # pragma: no cover - never read in these tests
+        raise AssertionError("not read")
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA
+
+
+class CudaArrayLike:
+    __cuda_array_interface__ = {"shape": (1,), "typestr": "<f4", "data": (0, False), "version": 3}
+
+
+def test_the_library_of_a_call_is_its_first_argument_that_is_not_numpy():
+    x = np.ones(3, np.float32)
+    d = cuda.to_device(x)
+    assert library_of(x) is libraries.NUMPY and library_of(x, x) is libraries.NUMPY and library_of() is libraries.NUMPY
+    assert library_of(d) is libraries.NUMBA and library_of(x, d) is libraries.NUMBA and library_of(None, d, x) is \
+        libraries.NUMBA
+    assert library_of(CudaArrayLike()) is libraries.DEVICE
+    assert library_of(HostDLPack(x)) is libraries.HOST and library_of(DeviceDLPack()) is libraries.DEVICE
+    cupy_like = type("ndarray", (), {"__module__": "cupy._core.core", "__cuda_array_interface__": {}})
+    assert library_of(x, cupy_like()) is libraries.CUPY
+    assert library_of([1.0, 2.0]) is libraries.UNKNOWN
+    assert library_of(np.float32(1)) is libraries.UNKNOWN
+
+
+def test_numpy_in_numpy_out_and_out_of_numpy(rng):
+    x = small_integers(rng, (5, 7), np.float32)
+    total = autotune.sum(x)
+    assert type(total) is np.float32 and total == x.astype(np.float64).sum()
+    out = np.full(5, np.nan, np.float32)
+    assert autotune.sum(x, axis=1, out=out) is out
+    np.testing.assert_array_equal(out, x.astype(np.float64).sum(axis=1))
+    strided = np.full((7, 2), np.nan, np.float32)[:, 0]  # NumPy writes a strided out, and so does autotune
+    assert autotune.max(x, axis=0, out=strided) is strided
+    np.testing.assert_array_equal(strided, x.max(axis=0))
+    readonly = np.zeros(5, np.float32)
+    readonly.flags.writeable = False
+    with pytest.raises(ValueError, match="read-only"):
+        autotune.sum(x, axis=1, out=readonly)
+    with pytest.raises(ValueError, match="shape"):
+        autotune.sum(x, axis=1, out=np.zeros(7, np.float32))
+
+
+def test_a_device_call_fills_a_host_out(rng):
+    x = small_integers(rng, (6, 3), np.float32)
+    out = np.full(3, np.nan, np.float32)
+    assert autotune.sum(cuda.to_device(x), axis=0, out=out) is out
+    np.testing.assert_array_equal(out, x.astype(np.float64).sum(axis=0))
+
+
+def test_a_host_dlpack_producer_is_read_and_gets_numpy(rng):
+    x = rng.standard_normal((4, 13)).astype(np.float32)
+    x[2, 5] = np.nan
+    got = autotune.max(HostDLPack(x), axis=1)
+    assert type(got) is np.ndarray
+    np.testing.assert_array_equal(got, np.max(x.astype(np.float64), axis=1).astype(np.float32))
+    A, B = rng.standard_normal((3, 5)).astype(np.float32), rng.standard_normal((5, 2)).astype(np.float32)
+    assert_matmul_close(autotune.matmul(HostDLPack(A), HostDLPack(B)), A, B)
+
+
+def test_a_device_result_is_handed_to_the_callers_library(rng):
+    """The result of a call on device arrays is what the library's ``wrap`` makes of the Numba array (here a
+    stand-in library; PyTorch's and CuPy's wraps run on the GPU: lab/interop_gpu.py)."""
+    from autotune.families.reduce.functions import reduce_call
+
+    seen = []
+    library = libraries.Library("recorder", host=False, wrap=lambda d: seen.append(d) or ("wrapped", d))
+    x = small_integers(rng, (3, 8), np.float32)
+    tag, d = reduce_call("sum", cuda.to_device(x), 1, False, None, None, None, library=library)
+    assert tag == "wrapped" and seen == [d]
+    np.testing.assert_array_equal(d.copy_to_host(), x.astype(np.float64).sum(axis=1))
+
+
+def test_anything_else_is_refused_naming_what_is_accepted():
+    with pytest.raises(TypeError, match="DLPack producer"):
+        autotune.sum([1.0, 2.0])
+    with pytest.raises(TypeError, match="out must be an array"):
+        autotune.sum(np.ones(3, np.float32), out=[0.0])
+
+
+# -- PyTorch CPU tensors (the GPU's are checked by lab/interop_gpu.py) --------------------------------------
+@pytest.fixture
+def torch():
+    return pytest.importorskip("torch")
+
+
+def test_torch_in_torch_out(torch, rng):
+    x = rng.standard_normal((6, 11)).astype(np.float32)
+    x[1, 3] = np.nan
+    t = torch.from_numpy(x)
+    for op, reference in (("sum", np.sum), ("max", np.max), ("nanmin", np.nanmin)):
+        got = getattr(autotune, op)(t, axis=0)
+        assert isinstance(got, torch.Tensor) and got.dtype == torch.float32 and got.device.type == "cpu"
+        want = reference(x.astype(np.float64), axis=0)
+        np.testing.assert_allclose(got.numpy(), want, rtol=1e-5, equal_nan=True)
+    total = autotune.sum(torch.from_numpy(small_integers(rng, (2, 3, 5), np.float32)), axis=None)
+    assert isinstance(total, torch.Tensor) and total.shape == () and total.dtype == torch.float32
+    keep = autotune.min(t, axis=1, keepdims=True)
+    assert tuple(keep.shape) == (6, 1)
+
+
+def test_torch_integers_and_empty_tensors_as_numpy(torch, rng):
+    i = torch.from_numpy(rng.integers(-2**31, 2**31 - 1, (7, 3), dtype=np.int32))
+    got = autotune.sum(i, axis=0)
+    assert got.dtype == torch.int64
+    np.testing.assert_array_equal(got.numpy(), i.numpy().astype(np.int64).sum(axis=0))
+    empty = torch.zeros((3, 0), dtype=torch.float32)
+    assert autotune.sum(empty).item() == 0 and isinstance(autotune.sum(empty), torch.Tensor)
+    assert tuple(autotune.max(empty, axis=0).shape) == (0,)
+    with pytest.raises(ValueError, match="no identity"):
+        autotune.max(empty, axis=1)
+
+
+def test_torch_bfloat16_in_and_out(torch, rng):
+    x = (rng.integers(0, 9, size=(5, 37)) + 2).astype(BF16)
+    t = torch.from_numpy(x.view(np.int16)).view(torch.bfloat16)
+    got = autotune.sum(t, axis=1)
+    assert got.dtype == torch.bfloat16 and isinstance(got, torch.Tensor)
+    want = x.astype(np.float64).sum(axis=1).astype(BF16)  # float32 sums of integers rounded once
+    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(BF16), want)
+    A = small_integers(rng, (3, 8), BF16)
+    B = small_integers(rng, (8, 2), BF16)
+    ta, tb = (torch.from_numpy(m.view(np.int16)).view(torch.bfloat16) for m in (A, B))
+    C = autotune.matmul(ta, tb)
+    assert C.dtype == torch.bfloat16
+    np.testing.assert_array_equal(C.view(torch.int16).numpy().view(BF16),
+                                  (A.astype(np.float64) @ B.astype(np.float64)).astype(BF16))
+
+
+def test_out_of_torch_and_matmul_of_torch(torch, rng):
+    A, B = rng.standard_normal((7, 3)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)
+    out = torch.full((7, 5), float("nan"))
+    assert autotune.matmul(torch.from_numpy(A), torch.from_numpy(B), out=out) is out
+    assert_matmul_close(out.numpy(), A, B)
+    C = autotune.matmul(torch.from_numpy(A[0]), torch.from_numpy(B))  # a vector on the left
+    assert isinstance(C, torch.Tensor) and tuple(C.shape) == (5,)
+    a, b = np.ascontiguousarray(A[:, 0]), np.ascontiguousarray(A[:, 1])
+    d = autotune.dot(torch.from_numpy(a), torch.from_numpy(b))
+    assert isinstance(d, torch.Tensor) and d.shape == ()
+    np.testing.assert_allclose(d.item(), a.astype(np.float64) @ b, rtol=1e-5)
+    k = autotune.get_best_kernel("reduce", (7,), op="max")  # kernel objects hand results back the same way
+    top = k(torch.from_numpy(A[:, 0].copy()))
+    assert isinstance(top, torch.Tensor) and top.item() == A[:, 0].max()
+
+
+def test_a_tensor_that_records_gradients_is_refused(torch):
+    with pytest.raises(ValueError, match="requires grad.*detach"):
+        autotune.sum(torch.ones(3, requires_grad=True))
+    with pytest.raises(ValueError, match="requires grad"):
+        autotune.sum(torch.ones(3), out=torch.zeros((), requires_grad=True))
