@@ -120,6 +120,9 @@ def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None =
     _warm_parser(sub)
     _replay_parser(sub)
     _db_parsers(sub)
+    from .coverage import add_parsers  # coverage, rule, met (issue 58)
+
+    add_parsers(sub, aliases)
     return p
 
 
@@ -280,7 +283,15 @@ def _bench_parser(sub, aliases) -> None:
         _dtype_arg(b)
         b.add_argument("--device", default="0", help="GPU index (default 0)")
         b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
-        b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
+        b.add_argument("--out", help="folder for the Markdown table, its JSON rows and the plot (default bench/; "
+                                     "benchmarks/ with --held-out)")
+        b.add_argument("--held-out", action="store_true",
+                       help="the family's held-out shapes (never tuned; `autotune coverage FAMILY --list --set "
+                            "held-out`) and its standard suite; the rows join <gpu-model>-held-out.json, summarised "
+                            "in <gpu-model>-held-out.md")
+        b.add_argument("--against-db", metavar="DIR", action="append", default=[],
+                       help="also time the entry tuned for each shape in this database folder, where it has one "
+                            "(what the lookup's choice reaches of a shape's own tuned best)")
         b.set_defaults(run=run_bench)
 
 
@@ -565,8 +576,22 @@ def run_bench(args) -> int:
     from .bench import run_suite
 
     cuda.select_device(_devices(args.device)[0])
-    run_suite(problems_of(args, args.kind, family_named(args.kind).suite), db=args.db, out_dir=args.out)
+    problems = held_out_problems(args) if args.held_out else problems_of(args, args.kind,
+                                                                          family_named(args.kind).suite)
+    run_suite(problems, db=args.db, out_dir=args.out or ("benchmarks" if args.held_out else "bench"),
+              held_out=args.held_out, tuned=[Path(d) for d in args.against_db])
     return 0
+
+
+def held_out_problems(args) -> list:
+    """``bench --held-out``: the family's held-out shapes, then its suite (``--shape`` adds to them)."""
+    from ..core.problem import Problem, parse_shape
+
+    impl = family_named(args.kind)
+    family = _family_values(args, impl)
+    extra = [parse_shape(s) for s in (*impl.suite, *(args.shape or []))]
+    shapes = impl.shape_set("held-out", args.dtype, family) + extra
+    return [Problem(args.kind, s, args.dtype, family) for s in dict.fromkeys(shapes)]
 
 
 def run_selftest(args) -> int:
@@ -656,7 +681,9 @@ def run_db_check(args) -> int:
         for problem in f.problems:
             print(f"FAIL {problem}")
         bad += len(f.problems)
-        print(f"{'ok  ' if not f.problems else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})")
+        rules = f", {len(f.rules)} valid rules" if f.rules else ""
+        print(f"{'ok  ' if not f.problems else 'FAIL'} {f.path}: {len(f.entries)} valid entries{rules} "
+              f"({f.device['name']})")
         for name in f.foreign_families:
             count = sum(family_of(raw) == name for raw in f.foreign)
             print(f"     {count} entries of the family {name!r}, not registered here: kept, not checked "
@@ -673,6 +700,11 @@ def run_db_merge(args) -> int:
         raise ValueError(f"{args.other} is the database file it would be merged into")
     for line in write_entries(target, other.device, other.entries, force=args.force):
         print(line)
+    if other.rules:  # a rule is replaced only with --force: the file's own was fitted on its own coverage
+        from ..runtime.db import write_rules
+
+        for line in write_rules(target, other.device, other.rules, replace=args.force):
+            print(line)
     if other.foreign:
         print(f"(not merged: {len(other.foreign)} entries of families not registered here: "
               f"{', '.join(other.foreign_families)})")

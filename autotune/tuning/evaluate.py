@@ -87,7 +87,7 @@ def measure_variant(job: Job) -> Measurement:
     clock.append(time.perf_counter())
     try:
         timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
-                       simulator=simulator)
+                       simulator=simulator, **budget(job.rep_ms))
     except Exception as exc:
         return _failed("run", exc)
     clock.append(time.perf_counter())
@@ -96,6 +96,14 @@ def measure_variant(job: Job) -> Measurement:
                        rate=problem.rate(timing.median_ms / 1e3),
                        measure_s=dict(zip(("load", "check", "time"), _intervals(clock))),
                        cache_hits=int(sum(stats.cache_hits.values())) if stats is not None else None)
+
+
+def budget(rep_ms: float | None) -> dict[str, float]:
+    """``bench``'s budget for a job: its default, or ``rep_ms`` of timed runs after a fifth of that of warm-up, at
+    most 100 runs (a cell of a cross-time matrix: a ranking among candidates needs less than a recorded time)."""
+    if rep_ms is None:
+        return {}
+    return {"rep_ms": rep_ms, "warmup_ms": rep_ms / 5, "max_reps": 100}
 
 
 def _failed(stage: str, exc: Exception) -> Measurement:
