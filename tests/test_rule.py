@@ -18,7 +18,8 @@ from autotune.runtime import db
 from autotune.runtime.lookup import TunedKernelWarning, choose, get_best_kernel
 from autotune.runtime.rules import ranked_configs, rule_for
 from autotune.tuning.instance import Instance
-from autotune.tuning.fit import FitSettings, Quality, efficiency, fit_rule, folds_of, losses, select_portfolio
+from autotune.tuning.fit import (FitSettings, Quality, efficiency, fit_rule, folds_of, losses, select_portfolio,
+                                 settings_of)
 from autotune.tuning.matrix import CrossMatrix, MatrixError, read_matrix, to_dict, write_matrix
 
 FIXTURE = Path(__file__).parent / "data" / "synthetic-matrix.json"
@@ -55,9 +56,10 @@ def planted(rng, device=SIM):
 
 # -- fitting ------------------------------------------------------------------------------------------
 def test_fitting_is_deterministic_and_bounded(synthetic):
-    settings = FitSettings(max_portfolio=5)
+    settings = FitSettings(max_portfolio=5, max_depth=3)
     first, second = fit_rule(synthetic, settings, date="2026-11-27"), fit_rule(synthetic, settings, date="2026-11-27")
     assert yaml.safe_dump(first.record) == yaml.safe_dump(second.record)
+    assert settings_of(parse_rule(first.record).record) == settings  # recorded, so it can be fitted again
     assert 1 <= len(first.portfolio) <= 5 and len(set(first.portfolio)) == len(first.portfolio)
     rule = parse_rule(first.record)
     assert [config_key(p) for p in rule.portfolio] == [config_key(synthetic.candidates[c]) for c in first.portfolio]
@@ -134,6 +136,22 @@ def test_nearest_model_ranks_by_the_nearest_coverage_shape(rng):
     shape = matrix.shapes[5]
     nudged = (shape[0] + 1, shape[1], shape[2])
     assert rule.ranking(nudged) == rule.ranking(shape)
+
+
+ROOT = Path(__file__).resolve().parents[1]
+COMMITTED = sorted(p for p in (ROOT / "benchmarks" / "coverage").glob("*.json") if not p.stem.endswith("held-out"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.name)
+def test_each_committed_rule_is_what_its_committed_matrix_gives(path):
+    """The shipped rule of a committed coverage matrix is fitted again, with the settings it records, to the same
+    rule: the rules in tuned_db/ are reproducible from the data beside them."""
+    matrix = read_matrix(path)
+    shipped = db.load_file(db.db_path(ROOT / "tuned_db", matrix.device["name"]), strict=True)
+    rule = next((r for r in shipped.rules if r.key == matrix.case), None)
+    assert rule is not None, f"no rule for {matrix.case} in tuned_db: run `autotune rule fit {path}`"
+    again = fit_rule(matrix, settings_of(rule.record), data=rule.record.get("data"), date=rule.record.get("date"))
+    assert yaml.safe_load(yaml.safe_dump(again.record)) == rule.record
 
 
 # -- the file form ------------------------------------------------------------------------------------
@@ -304,15 +322,17 @@ def test_reductions_keep_rows_per_split():
 def test_choosing_costs_well_under_a_millisecond(tmp_path, synthetic):
     rule = write_rule(tmp_path, synthetic, device=synthetic.device)
     loaded = db.load_file(db.db_path(tmp_path, synthetic.device["name"]))
-    shapes = [tuple(int(d) for d in s) for s in np.random.default_rng(0).integers(1, 20000, size=(300, 3))]
-    problems = [Problem("matmul", s, "float32") for s in shapes]
-    start = time.perf_counter()
-    for problem in problems:
-        found, _ = rule_for(problem, [loaded])
-        ranked_configs(found, problem, loaded.device)
-    per_choice = (time.perf_counter() - start) / len(problems)
+    draw = np.random.default_rng(0)
+    rounds = []
+    for _ in range(5):  # the best of five rounds: the machine running the tests may be busy with other work
+        problems = [Problem("matmul", tuple(int(d) for d in s), "float32") for s in draw.integers(1, 20000, (100, 3))]
+        start = time.perf_counter()
+        for problem in problems:
+            found, _ = rule_for(problem, [loaded])
+            ranked_configs(found, problem, loaded.device)
+        rounds.append((time.perf_counter() - start) / len(problems))
     assert found is loaded.rules[0] and rule.key == found.key
-    assert per_choice < 1e-3, f"{per_choice * 1e3:.3f} ms per choice"
+    assert min(rounds) < 1e-3, f"{min(rounds) * 1e3:.3f} ms per choice"
 
 
 def test_get_best_kernel_announces_which_rule_chose(tmp_path, rng):

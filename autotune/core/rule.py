@@ -10,10 +10,12 @@ and a **model** that ranks them for any shape. Two models exist, both determinis
 - ``nearest``: the coverage shapes the rule was fitted on, each with its own ranking; a new shape takes the
   ranking of the nearest one (the sum of |log2| ratios over dimensions, as the nearest-entry lookup measures).
 
-The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first few.
-The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
-edge handling), as the cross-time matrix measured it. Nothing here runs code from the file: the tree is walked,
-never evaluated, and every field is checked (portfolio entries against the family's search space) before use.
+The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first
+few. The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
+edge handling), as the cross-time matrix measured it. ``fit`` records the settings the rule was fitted with and
+``data`` the matrix, so that anyone can fit it again and get the same rule. Nothing here runs code from the file:
+the tree is walked, never evaluated, and every field is checked (portfolio entries against the family's search
+space) before use.
 """
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ MAX_DEPTH = 8
 MAX_NODES = 511
 MAX_NEAREST = 4096
 MAX_RANK = 8
-FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "quality", "data", "date")
+FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "quality", "fit", "data", "date")
 SIZE = "size"  # the feature that is the product of all dimensions
 
 
@@ -146,6 +148,10 @@ def parse_rule(raw: Any) -> Rule:
     quality = raw.get("quality", {})
     if not isinstance(quality, dict) or not all(isinstance(k, str) and _finite(v) for k, v in quality.items()):
         raise RuleError("field 'quality' must map names to finite numbers")
+    fit = raw.get("fit", {})
+    if not isinstance(fit, dict) or len(fit) > 20 or not all(
+            isinstance(k, str) and (_finite(v) or isinstance(v, str) and len(v) <= 40) for k, v in fit.items()):
+        raise RuleError("field 'fit' must map the fitting's settings to numbers or short words")
     for name in ("data", "date"):
         if name in raw and not isinstance(raw[name], str):
             raise RuleError(f"field {name!r} must be text, got {_short(raw[name])}")
@@ -219,8 +225,8 @@ def _nearest(value: Any, rank: int, size: int) -> tuple:
 # -- writing ------------------------------------------------------------------------------------------
 def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, portfolio: list[dict[str, Any]],
                 *, tree: Any = None, nearest: list[tuple[tuple[int, ...], list[int]]] | None = None,
-                quality: Mapping[str, float] | None = None, data: str | None = None,
-                date: str | None = None) -> dict[str, Any]:
+                quality: Mapping[str, float] | None = None, fit: Mapping[str, Any] | None = None,
+                data: str | None = None, date: str | None = None) -> dict[str, Any]:
     """A rule in file form, keys in a fixed order. ``tree``: a leaf (indices, best first) or a ``Split``;
     ``nearest``: (shape, ranking) pairs."""
     impl = family_named(family)
@@ -235,6 +241,8 @@ def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, por
         record["nearest"] = [{"shape": list(s), "use": list(r)} for s, r in nearest or []]
     if quality:
         record["quality"] = {k: v if type(v) is int else round(float(v), 4) for k, v in quality.items()}
+    if fit:
+        record["fit"] = dict(fit)
     for name, value in (("data", data), ("date", date)):
         if value:
             record[name] = value

@@ -21,6 +21,7 @@ Everything is deterministic: the same matrix and settings give the same rule, by
 """
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import math
 from dataclasses import dataclass, field
@@ -278,15 +279,21 @@ def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: s
                    portfolio_worst=oracle.worst)
     record = rule_record(matrix.family, matrix.dtype, matrix.args, len(matrix.shapes[0]),
                          [matrix.candidates[c] for c in final.portfolio], tree=final.tree,
-                         nearest=final.nearest if model == "nearest" else None, quality=quality, data=data,
-                         date=date or datetime.date.today().isoformat())
+                         nearest=final.nearest if model == "nearest" else None, quality=quality,
+                         fit=dataclasses.asdict(settings), data=data, date=date or datetime.date.today().isoformat())
     return FitResult(record=record, model=model, portfolio=final.portfolio, held_out=held_out, fitted=fitted,
                      oracle=oracle, models={m: checked[m][0] for m in models}, per_shape=per_shape)
+
+
+def settings_of(record: dict[str, Any]) -> FitSettings:
+    """The settings a rule was fitted with (its ``fit`` field; the defaults for what it does not name)."""
+    known = {f.name for f in dataclasses.fields(FitSettings)}
+    return FitSettings(**{k: v for k, v in record.get("fit", {}).items() if k in known})
 
 
 def _score(q: Quality) -> float:
     return -math.inf if math.isnan(q.geomean) else round(q.geomean, 9)
 
 
-__all__ = ["FitSettings", "FitResult", "Quality", "fit_rule", "cross_validate", "select_portfolio", "fit_tree",
-           "losses", "features", "efficiency", "folds_of", "MODEL_CHOICES"]
+__all__ = ["settings_of", "FitSettings", "FitResult", "Quality", "fit_rule", "cross_validate", "select_portfolio",
+           "fit_tree", "losses", "features", "efficiency", "folds_of", "MODEL_CHOICES"]
