@@ -14,7 +14,8 @@
 #
 # CASE: f32 3xtf32 tf32 f16 bf16 f64 sum-all sum-0 sum-1 sum-m2 max-all max-0 max-1 max-m2, or 'matmul' / 'reduce'
 # for those groups. BUDGET_S (default 540) bounds the call's wall time: no new shape is claimed once it is near,
-# and a call that ends unfinished says so; call again (with autotune-out carried) to go on.
+# and a call that ends unfinished says so; call again (with autotune-out carried) to go on. SIMULATOR=1 runs the
+# coverage phases in Numba's CUDA simulator on the families' tiny shapes (a dry run of this script, on a CPU).
 # Everything written is packed into $OUT/issue58.tgz (tuned_db/, benchmarks/coverage/, benchmarks/*held-out*,
 # autotune-out/studies/) with the log in $OUT/issue58.log; unpack it in the checkout (tar xzf) and commit.
 set -uo pipefail
@@ -33,11 +34,10 @@ if [ -d .whl ] && [ ! -d .site ]; then
 fi
 export PYTHONPATH="$PWD/.site:$PWD"
 export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
-gpus=$(nvidia-smi -L | wc -l)
+[ -n "${SIMULATOR:-}" ] && export NUMBA_ENABLE_CUDASIM=1
+gpus=$(python3 -c "from numba import cuda; print(len(cuda.gpus))")
 devices=$(seq -s, 0 $((gpus - 1)))
-slug=$(python3 -c "from numba import cuda; from autotune.core.device import device_slug; \
-print(device_slug(cuda.get_current_device().name.decode() if isinstance(cuda.get_current_device().name, bytes) \
-else cuda.get_current_device().name))")
+slug=$(python3 -c "from autotune.core.device import current_device; print(current_device().slug)")
 at() { python3 -m autotune "$@"; }
 left() { echo $((BUDGET_S - ($(date +%s) - start))); }
 
@@ -86,7 +86,7 @@ covered() {
   if [ "$t" -lt 120 ]; then echo "== $name: too little time left in this call; run again"; return 2; fi
   echo "== $name ($t s left)"
   timeout -s INT $((t - 20)) python3 -m autotune coverage $(case_args "$name") --device "$devices" \
-    --time-limit $((t - 90)) "$@"
+    --time-limit $((t - 90)) ${SIMULATOR:+--simulator} "$@"
 }
 
 case $phase in
@@ -146,6 +146,7 @@ PY
     ;;
   fit)
     for f in benchmarks/coverage/"$slug"-*.json; do
+      [ -e "$f" ] || { echo "no coverage matrices of $slug in benchmarks/coverage/"; break; }
       case $f in *-held-out.json) continue;; esac
       at rule fit "$f"
     done

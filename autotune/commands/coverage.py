@@ -10,7 +10,6 @@ shapes your programs met without an exact entry).
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -69,6 +68,9 @@ def _coverage_parser(sub, aliases) -> None:
                        help="cross: milliseconds of timed runs per candidate and shape (default 20)")
         f.add_argument("--max-candidates", type=_positive_int, default=64,
                        help="cross: at most this many candidates (default 64)")
+        f.add_argument("--min-candidates", type=_positive_int, default=24,
+                       help="cross: where fewer configurations are known (winners, starts, the default), add their "
+                            "one-step neighbours and a covering sample of the space up to this many (default 24)")
         f.add_argument("--trials", type=_positive_int, default=40, help="tune: variants per shape (default 40)")
         f.add_argument("--budget-s", type=_positive_float, default=20.0,
                        help="tune: seconds per shape (default 20)")
@@ -118,7 +120,8 @@ def run_coverage(args) -> int:
                             compile_workers=args.compile_workers or (1 if args.simulator
                                                                      else default_compile_workers(len(devices))),
                             db=args.db, write_db=write, matrix=Path(args.matrix) if args.matrix else None,
-                            rep_ms=args.rep_ms, max_candidates=args.max_candidates, trials=args.trials,
+                            rep_ms=args.rep_ms, max_candidates=args.max_candidates,
+                            min_candidates=args.min_candidates, trials=args.trials,
                             budget_s=args.budget_s, study=args.study, job_timeout_s=args.job_timeout,
                             command="autotune " + " ".join(args.argv))
     if args.simulator:

@@ -5,10 +5,13 @@ Two methods, both resumable and splittable over GPUs and hosts:
 
 - ``cross`` (default): the **cross-time matrix**. The candidates are the configurations that won entries of this
   family, dtype and arguments in the GPU model's database files (yours, then the shipped ones), the portfolios of
-  their rules, the search space's starting configurations and the family's default. Each is fitted to each shape
-  (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes (a compiled
-  kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes it takes
-  (``--rep-ms``, 20 ms of runs a cell). The work waits on the GPUs rather than on compiles, so it scales with them.
+  their rules, the family's other winners and the search space's starting configurations (where they apply), the
+  family's default, and where those are fewer than ``--min-candidates`` their one-step neighbours and a sample
+  covering every value of every parameter. Each is fitted to
+  each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
+  (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes
+  it takes (``--rep-ms``, 20 ms of runs a cell). The work waits on the GPUs rather than on compiles, so it scales
+  with them.
 - ``tune``: a search per shape (``Tuner``, ``--trials`` and ``--budget-s`` each), one shape per GPU at a time, each
   GPU with its share of the compile processes; slower per shape, and the way to find new winners for the matrix.
 
@@ -30,6 +33,7 @@ from __future__ import annotations
 
 import datetime
 import os
+import random
 import socket
 import sys
 import threading
@@ -54,6 +58,7 @@ METHODS = ("cross", "tune")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 UNDECIDED_WAIT_S = 5.0  # how long a claim waits for an earlier trial, asked but not yet named, to say its unit
 NOTHING_RAN = 1e30  # a finished unit's value where no candidate ran (Optuna's values are finite)
+MIN_CANDIDATES = 24  # fewer known configurations than this are filled up (see _fill)
 
 
 @dataclass
@@ -71,6 +76,7 @@ class CoverageConfig:
     matrix: Path | None = None
     rep_ms: float = 20.0
     max_candidates: int = 64
+    min_candidates: int = MIN_CANDIDATES
     trials: int = 40
     budget_s: float = 20.0
     study: str | None = None
@@ -106,33 +112,65 @@ def case_shapes(family: str, dtype: str, args: dict[str, Any], shape_set: str, c
 
 
 # -- candidates -----------------------------------------------------------------------------------------
-def gather_candidates(problems: list[Problem], device: DeviceInfo, files: list, limit: int) -> list[dict[str, Any]]:
-    """The configurations to time on every shape (module docstring), in this order: database winners (most
-    recently measured shapes' order as in the files), rule portfolios, the space's starts, the family's default;
-    each valid here and runnable on the device, two that fit every shape to the same forms counted once; at most
-    ``limit``."""
+def gather_candidates(problems: list[Problem], device: DeviceInfo, files: list, limit: int,
+                      least: int = MIN_CANDIDATES) -> list[dict[str, Any]]:
+    """The configurations to time on every shape (module docstring), in this order: the database's winners of
+    this family, dtype and arguments, the portfolios of their rules, the family's other winners (other dtypes and
+    arguments, less the parameters that do not apply here), the space's starts (likewise), the family's default;
+    then, where that makes fewer than ``least``, the one-step neighbours of those, a sample covering every value of
+    every parameter and seeded random valid configurations. Each is valid here and runnable on the device; two
+    that fit every shape to the same forms count once; at most ``limit``."""
     first = problems[0]
     impl, space = first.impl, load_space(first.family)
-    raw: list[dict[str, Any]] = []
+    same = (first.family, first.dtype, dict(first.args))
+    own, portfolios, others = [], [], []
     for db_file in files:
-        raw += [e.params for e in db_file.entries if (e.problem.family, e.problem.dtype, dict(e.problem.args))
-                == (first.family, first.dtype, dict(first.args))]
-        raw += [p for r in db_file.rules if r.serves(first.family, first.dtype, first.args, first.shape)
-                for p in r.portfolio]
-    raw += list(space.starts) + [impl.default_params(p) for p in problems[:1]]
+        for e in db_file.entries:
+            if e.problem.family == first.family:
+                mine = (e.problem.family, e.problem.dtype, dict(e.problem.args)) == same
+                (own if mine else others).append(e.params)
+        portfolios += [p for r in db_file.rules if r.serves(first.family, first.dtype, first.args, first.shape)
+                       for p in r.portfolio]
+    raw = own + portfolios + others + list(space.starts) + [impl.default_params(p) for p in problems[:1]]
     found, signatures = [], set()
-    for params in raw:
+
+    def add(params: dict[str, Any]) -> None:
         config = space.checked_or_none(params, dtype=first.dtype, args=first.args)
-        if config is None or impl.unfit_for(config, device):
-            continue
+        if config is None:  # another case's configuration: without the parameters that do not apply here
+            try:
+                config = space.restrict(params, dtype=first.dtype, args=first.args)
+            except ValueError:
+                return
+        if impl.unfit_for(config, device):
+            return
         signature = tuple(config_key(impl.fit_config(config, p, device, space)) for p in problems)
-        if signature in signatures:
-            continue
-        signatures.add(signature)
-        found.append(config)
+        if signature not in signatures:
+            signatures.add(signature)
+            found.append(config)
+
+    for params in raw:
         if len(found) >= limit:
-            break
+            return found
+        add(params)
+    if len(found) < min(least, limit):
+        for params in _fill(space, first, list(found), least):
+            if len(found) >= min(least, limit):
+                break
+            add(params)
     return found
+
+
+def _fill(space, problem: Problem, known: list[dict[str, Any]], least: int):
+    """Configurations to add where the known ones are few: the known ones' one-step neighbours (near what won),
+    then a sample covering every value of every parameter, then seeded random valid configurations."""
+    for config in known:
+        yield from space.neighbours(config, dtype=problem.dtype, args=problem.args)
+    yield from space.covering_sample(dtype=problem.dtype, args=problem.args, seed=0)[0]
+    rng = random.Random(0)
+    for _ in range(4 * least):
+        config = space.random_valid(rng, dtype=problem.dtype, args=problem.args)
+        if config is not None:
+            yield config
 
 
 def candidates_digest(candidates: list[dict[str, Any]]) -> str:
@@ -250,7 +288,8 @@ class CoverageRun:
         """The study's candidates: those it was created with, else gathered now and stored in it."""
         stored = self.study.user_attrs.get("candidates")
         if not stored:
-            found = gather_candidates(self.problems, self.device, files, self.config.max_candidates)
+            found = gather_candidates(self.problems, self.device, files, self.config.max_candidates,
+                                      self.config.min_candidates)
             self.study.set_user_attr("candidates", found)
             self.report(f"{self.case}: {len(found)} candidates (database winners, rule portfolios, the space's "
                         f"starts, the default)")
