@@ -245,6 +245,16 @@ def test_rules_of_unregistered_families_are_kept(tmp_path):
     assert [r["family"] for r in rules] == ["matmul", "not-registered-here"]
 
 
+def test_a_merge_keeps_the_files_own_rule_unless_forced(tmp_path):
+    path = tmp_path / "cuda-simulator.yaml"
+    mine, theirs = parse_rule(rule_raw()), parse_rule(rule_raw(tree={"use": [1, 0]}))
+    db.write_rules(path, SIM, [mine])
+    assert "kept the rule" in db.write_rules(path, SIM, [theirs], replace=False)[0]
+    assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (0, 1)
+    assert db.write_rules(path, SIM, [theirs])[0].startswith("replaced the rule for matmul/float32/nn")
+    assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (1, 0)
+
+
 # -- the matrix file ----------------------------------------------------------------------------------
 def test_matrix_files_round_trip_and_refuse_damage(tmp_path, synthetic):
     path = tmp_path / "m.json"

@@ -120,7 +120,7 @@ def parser(aliases: dict[str, list[str]] | None = None, argv: list[str] | None =
     _warm_parser(sub)
     _replay_parser(sub)
     _db_parsers(sub)
-    from .coverage import add_parsers  # coverage, rule, met (issue 58)
+    from .coverage import add_parsers  # coverage, rule, met: shapes nobody tuned
 
     add_parsers(sub, aliases)
     return p

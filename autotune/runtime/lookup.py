@@ -67,7 +67,7 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
         return _cache[key]
 
 
-# -- shapes without an exact entry (issue 58) --
+# -- shapes without an exact entry: the record of shapes met, tuning on first use --
 _first_use = None
 
 
@@ -121,7 +121,7 @@ def choose(problem: Problem, folders: Path | list[Path], device: str | None = No
         entry, distance = nearest(problem, db_file.entries)
         if entry is not None and distance == 0:
             return entry.params, None
-    # -- the fitted rule (issue 58) --
+    # -- the fitted rule of the GPU model --
     by_rule = rule_for(problem, own)
     if by_rule:
         rule, db_file = by_rule
