@@ -17,14 +17,16 @@ Imports are lazy so that ``autotune --simulator`` can switch Numba to its CUDA s
 """
 FUNCTIONS = ("sum", "max", "min", "nanmax", "nanmin", "dot", "matmul")
 __all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "KernelFamily", "FamilyArg", "Kernel",
-           "Case", "Predicate", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten"]
+           "Case", "Predicate", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten",
+           "tune_on_first_use"]
 __version__ = "0.2.0"
 
 _WHERE = {**{name: "functions" for name in FUNCTIONS},
           "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "runtime.lookup",
           "register_family": "core.registry", "KernelFamily": "core.family", "FamilyArg": "core.family",
           "Kernel": "core.family", "Case": "core.family", "Predicate": "core.constraints",
-          "compare_exact": "core.oracle", "compare_close": "core.oracle", "unwritten": "core.oracle"}
+          "compare_exact": "core.oracle", "compare_close": "core.oracle", "unwritten": "core.oracle",
+          "tune_on_first_use": "tuning.first_use"}
 
 
 def __getattr__(name):
@@ -51,3 +53,17 @@ def __dir__():
     from .core.registry import function_names
 
     return sorted({*globals(), *__all__, *function_names()})
+
+
+def _first_use_from_environment() -> None:
+    """AUTOTUNE_TUNE_ON_FIRST_USE=1: tuning on first use from the start (autotune/tuning/first_use.py). Its import
+    loads neither Numba nor Optuna, so ``--simulator`` still switches Numba before it loads."""
+    import os
+
+    if os.environ.get("AUTOTUNE_TUNE_ON_FIRST_USE", "").strip() not in ("", "0"):
+        from .tuning.first_use import enable_from_environment
+
+        enable_from_environment()
+
+
+_first_use_from_environment()

@@ -30,6 +30,7 @@ from ..tuning.measure import L2Flusher, bench
 from ..tuning.records import job_for
 from ..tuning.report import fraction_of_peak, table, versions
 from ..tuning.worker import CompilePool
+from .bench_json import chosen_by, merged, problem_rows, read_rows, summary, write_rows
 
 OPTIONAL = {"cupy": "CuPy", "torch": "PyTorch", "matplotlib": "matplotlib (plots)"}
 
@@ -45,14 +46,21 @@ def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
             for name, p in problem.impl.seeds()]
 
 
-def bench_problem(problem: Problem, folders: list[Path], flusher, simulator: bool = False) -> list[dict]:
-    """Rows for one problem: ours (tuned, seeds) and the peers, each timed the same way (in the simulator: ours
-    only, checked and timed on the host clock)."""
+def bench_problem(problem: Problem, folders: list[Path], flusher, tuned: list[Path] = (), seeds: bool = True,
+                  simulator: bool = False) -> list[dict]:
+    """Rows for one problem: ours (chosen as a lookup chooses; the entry tuned for the shape in the ``tuned``
+    folders too, where there is one), the seeds (unless ``seeds`` is False) and the peers, each timed the same
+    way (in the simulator: ours only, checked and timed on the host clock)."""
     rng = np.random.default_rng()
     inst = Instance(problem, rng)
     params, note = choose(problem, folders)
     rows = []
-    for name, p in [("autotune" + (" (untuned)" if note and "default" in note else ""), params), *seeds_of(problem)]:
+    contenders = [("autotune" + (" (untuned)" if note and "default" in note else ""), params, chosen_by(note)),
+                  *((name, p, None) for name, p in (seeds_of(problem) if seeds else []))]
+    exact = _tuned_entry(problem, tuned)
+    if exact is not None:
+        contenders.insert(1, ("autotune tuned for the shape", exact, "tuned"))
+    for name, p, how in contenders:
         kernel = build_kernel(problem.family, p, problem.dtype, **problem.args)
         error = inst.check(kernel)
         if error:
@@ -63,24 +71,40 @@ def bench_problem(problem: Problem, folders: list[Path], flusher, simulator: boo
         rows.append({"name": name, "timing": t, "registers": res and res.registers, "local": res and res.stack_bytes,
                      "params": p,
                      "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.device_to_host(inst.out))})
+        if how == "tuned":
+            rows[-1]["tuned"] = True
+        elif how is not None:
+            rows[-1]["chosen_by"] = how
     if simulator:
         return rows
     for name, call in problem.impl.peers(problem, inst.time_args).items():
         try:
             t = bench(call, flush=flusher)
-            rows.append({"name": name, "timing": t,
+            rows.append({"name": name, "timing": t, "peer": True,
                          "accuracy": problem.impl.result_error(problem, inst.time_host, arrays.to_host(call()))})
         except Exception as exc:  # a peer that cannot run this shape is reported, not fatal
             rows.append({"name": name, "error": f"{type(exc).__name__}: {exc}"})
     return rows
 
 
-def compile_ahead(problems: list[Problem], folders: list[Path]) -> None:
+def _tuned_entry(problem: Problem, tuned: list[Path]) -> dict | None:
+    """The exact entry for ``problem`` in the ``tuned`` folders (``--against-db``), else None."""
+    from ..runtime.lookup import choose as lookup_choose
+
+    if not tuned:
+        return None
+    params, note = lookup_choose(problem, list(tuned))
+    return params if note is None else None
+
+
+def compile_ahead(problems: list[Problem], folders: list[Path], tuned: list[Path] = (), seeds: bool = True) -> None:
     """Compile every kernel the suite will time in parallel CPU processes first, so that the timing process
     loads their stored code instead of compiling one after another."""
     jobs = []
     for problem in problems:
-        for p in [choose(problem, folders)[0], *(p for _, p in seeds_of(problem))]:
+        exact = _tuned_entry(problem, tuned)
+        own = [p for _, p in seeds_of(problem)] if seeds else []
+        for p in [choose(problem, folders)[0], *([exact] if exact else []), *own]:
             jobs.append(job_for(problem, load_space(problem.family).validate(p, dtype=problem.dtype,
                                                                            args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
@@ -105,8 +129,11 @@ def measuring_arguments(argv: list[str]) -> list[str]:
     return kept
 
 
-def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: bool = False) -> str:
-    """Bench ``problems``, print each one's table and write the report (and a plot) to ``out_dir``. With
+def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: bool = False, held_out: bool = False,
+              tuned: list[Path] = ()) -> str:
+    """Bench the problems; write the Markdown table, the plot and the JSON rows (bench_json.py). ``held_out``: the
+    files are named with the GPU model and 'held-out', the seed kernels are left out (what matters there is ours
+    against the vendor), and the rows join that GPU's held-out JSON file, summarised in its Markdown file. With
     ``simulator``: a dry run in the CUDA simulator (our kernels only, host-clock timings that mean nothing)."""
     device = current_device()
     folders = lookup_folders(db)
@@ -117,13 +144,14 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: 
     elif missing:
         logger.warning(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")")
     flusher = None if simulator else L2Flusher()
-    compile_ahead(problems, folders)
-    sections, plot_data = [], []
+    compile_ahead(problems, folders, tuned, seeds=not held_out)
+    sections, plot_data, json_rows = [], [], []
     for problem in problems:
         logger.info(f"bench {problem.key}")
-        rows = bench_problem(problem, folders, flusher, simulator)
+        rows = bench_problem(problem, folders, flusher, tuned, seeds=not held_out, simulator=simulator)
         sections.append(_section(problem, rows, device))
         plot_data.append((problem, rows))
+        json_rows += problem_rows(problem.key, rows)
         print(sections[-1] + "\n", flush=True)
     kind = problems[0].family
     name = problems[0].impl.bench_name(problems[0])
@@ -136,11 +164,34 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: 
               f"the data allow, else within the stated error bound).\n")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    md = out / f"{device.slug}-{name}.md"
+    stem = f"{device.slug}-held-out-{name}" if held_out else f"{device.slug}-{name}"
+    md = out / f"{stem}.md"
     md.write_text(header + "\n" + "\n\n".join(sections) + "\n")
-    plotted = _plot(plot_data, device, out / f"{device.slug}-{name}.png")
-    print(f"wrote {md}" + (f" and {plotted}" if plotted else " (matplotlib not installed: no plot)"))
+    write_rows(out / f"{stem}.json", json_rows)
+    plotted = _plot(plot_data, device, out / f"{stem}.png")
+    print(f"wrote {md}, {out / f'{stem}.json'}" + (f" and {plotted}" if plotted else
+                                                   " (matplotlib not installed: no plot)"))
+    if held_out:
+        _held_out_files(out, device, json_rows, command)
     return str(md)
+
+
+def _held_out_files(out: Path, device, json_rows: list[dict], command: str) -> None:
+    """Add this run's rows to the GPU model's held-out JSON file (a rerun of a problem replaces its rows) and
+    rewrite its Markdown summary."""
+    from ..runtime.db import locked
+
+    path = out / f"{device.slug}-held-out.json"
+    with locked(path):  # benches of several cases on several GPUs add to one file
+        rows = merged(read_rows(path), json_rows)
+        write_rows(path, rows)
+    md = path.with_suffix(".md")
+    md.write_text(f"# autotune on shapes it was never tuned for, {device.name}\n\n"
+                  f"Each family's held-out shapes (`autotune coverage FAMILY --list --set held-out` prints them "
+                  f"and the seeded rule that draws them) and its standard suite, benched with `autotune bench "
+                  f"FAMILY --held-out`; the last command: `{command}`, {datetime.date.today().isoformat()}; every "
+                  f"row in `{path.name}`.\n\n" + summary(rows) + "\n")
+    print(f"wrote {path} and {md}")
 
 
 def _reference_row(problem: Problem, rows: list[dict]) -> dict | None:

@@ -146,6 +146,9 @@ def parser(chosen: list | None = None) -> argparse.ArgumentParser:
     _replay_parser(sub, common)
     _db_parsers(sub, common, chosen)
     _studies_parser(sub, common, chosen)
+    from .coverage import add_parsers  # coverage, rule, met: shapes nobody tuned
+
+    add_parsers(sub, common, chosen)
     return p
 
 
@@ -247,7 +250,15 @@ def _bench_parser(sub, common, chosen: list) -> None:
     _dtype_arg(b)
     b.add_argument("--device", default="0", help="GPU index (default 0)")
     b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
-    b.add_argument("--out", default="bench", help="folder for the Markdown table and plot (default bench/)")
+    b.add_argument("--out", help="folder for the Markdown table, its JSON rows and the plot (default bench/; "
+                                 "benchmarks/ with --held-out)")
+    b.add_argument("--held-out", action="store_true",
+                   help="the family's held-out shapes (never tuned; `autotune coverage FAMILY --list --set "
+                        "held-out`) and its standard suite; the rows join <gpu-model>-held-out.json, summarised "
+                        "in <gpu-model>-held-out.md")
+    b.add_argument("--against-db", metavar="DIR", action="append", default=[],
+                   help="also time the entry tuned for each shape in this database folder, where it has one "
+                        "(what the lookup's choice reaches of a shape's own tuned best)")
     b.add_argument("--simulator", action="store_true", help="dry run in Numba's CUDA simulator: the family's own "
                    "kernels only, on its dry-run shape unless --shape, timings meaningless")
     b.set_defaults(run=run_bench)
@@ -563,8 +574,20 @@ def run_bench(args) -> int:
 
         cuda.select_device(_devices(args.device)[0])
     suite = impl.dry_run_shapes if args.simulator and not args.shape else impl.suite
-    run_suite(problems_of(args, impl, suite), db=args.db, out_dir=args.out, simulator=args.simulator)
+    problems = held_out_problems(args, impl) if args.held_out else problems_of(args, impl, suite)
+    run_suite(problems, db=args.db, out_dir=args.out or ("benchmarks" if args.held_out else "bench"),
+              simulator=args.simulator, held_out=args.held_out, tuned=[Path(d) for d in args.against_db])
     return 0
+
+
+def held_out_problems(args, impl) -> list:
+    """``bench --held-out``: the family's held-out shapes, then its suite (``--shape`` adds to them)."""
+    from ..core.problem import Problem, parse_shape
+
+    values = family_values(args, impl)
+    extra = [parse_shape(s, impl) for s in (*impl.suite, *(args.shape or []))]
+    shapes = impl.shape_set("held-out", args.dtype, values) + extra
+    return [Problem(impl.name, s, args.dtype, values) for s in dict.fromkeys(shapes)]
 
 
 def run_selftest(args) -> int:
@@ -675,7 +698,8 @@ def run_db_check(args) -> int:
             print(f"FAIL {problem}")
         bad += len(f.problems) + len(stale)
         ok = not f.problems and not stale
-        print(f"{'ok  ' if ok else 'FAIL'} {f.path}: {len(f.entries)} valid entries ({f.device['name']})"
+        rules = f", {len(f.rules)} valid rules" if f.rules else ""
+        print(f"{'ok  ' if ok else 'FAIL'} {f.path}: {len(f.entries)} valid entries{rules} ({f.device['name']})"
               + (f", {len(stale)} of them stale" if stale else ""))
     for line in _foreign_lines(files, [], "checks"):
         print(line)
@@ -692,6 +716,11 @@ def run_db_merge(args) -> int:
         raise ValueError(f"{args.other} is the database file it would be merged into")
     for line in write_entries(target, other.device, other.entries, force=args.force):
         print(line)
+    if other.rules:  # a rule is replaced only with --force: the file's own was fitted on its own coverage
+        from ..runtime.db import write_rules
+
+        for line in write_rules(target, other.device, other.rules, replace=args.force):
+            print(line)
     if other.foreign:
         print(f"(not merged: {len(other.foreign)} entries of families not registered here: "
               f"{', '.join(other.foreign_families)}; --family PATH loads one)")

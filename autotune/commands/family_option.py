@@ -2,7 +2,7 @@
 
 A family is named the same way in every command that takes one (tune, render, bench, selftest, show, warm, db,
 studies): by the name of a known family (built-in, installed, registered) or by the file, folder or module it
-is loaded from (``core.registry.resolve``). ``render`` and ``bench`` also take it as their first word
+is loaded from (``core.registry.resolve``). ``render``, ``bench`` and ``coverage`` also take it as their first word
 (``autotune render matmul``), which is read as ``--family matmul``. Families named by path are loaded before
 the parser is built, so that a single family's own arguments (``--op``, ``--layout``) become options and its
 help lists its parameters with their allowed values; without one, the help lists the families known here.
@@ -16,11 +16,11 @@ from ..core.registry import FamilyError, known, resolve
 from ..core.registry import family as family_named
 
 FLAGS = ("--family", "--kind", "--kernel")  # --kind (selftest) and --kernel (show): the first releases' spellings
-POSITIONAL = ("render", "bench")  # commands whose first word may name the family
+POSITIONAL = ("render", "bench", "coverage")  # commands whose first word may name the family
 
 
 def rewritten(argv: list[str]) -> list[str]:
-    """``argv`` with a family given as the first word of ``render``/``bench`` moved to ``--family``."""
+    """``argv`` with a family given as the first word of a ``POSITIONAL`` command moved to ``--family``."""
     if len(argv) > 1 and argv[0] in POSITIONAL and not argv[1].startswith("-"):
         return [argv[0], "--family", argv[1], *argv[2:]]
     return list(argv)

@@ -57,6 +57,17 @@ class DeviceInfo:
     def as_dict(self) -> dict:
         return {"name": self.name, "cc": f"{self.cc[0]}.{self.cc[1]}", "sm_count": self.sm_count}
 
+    @classmethod
+    def from_record(cls, record: dict) -> "DeviceInfo":
+        """The GPU model a database file or matrix declares (``as_dict``'s form): name, compute capability and
+        multiprocessor count, enough to fit a configuration to a shape without the GPU (132 SMs where the record
+        does not say)."""
+        major, _, minor = str(record.get("cc", "0.0")).partition(".")
+        cc = (int(major), int(minor or 0)) if major.isdigit() and (minor or "0").isdigit() else (0, 0)
+        sm_count = record.get("sm_count")
+        return cls(name=str(record.get("name", "")), cc=cc,
+                   sm_count=sm_count if type(sm_count) is int and sm_count > 0 else 132, l2_bytes=0)
+
 
 def device_slug(name: str) -> str:
     """'NVIDIA H100 80GB HBM3' -> 'nvidia-h100-80gb-hbm3': stable file name of a GPU model."""

@@ -30,7 +30,9 @@ The contract, in the order data flows:
   ``default_params``, ``problem_starts``, ``unfit_for``, ``seeds``, ``peers`` (library calls ``autotune bench``
   times alongside), ``reference_peers``, ``selftest_cases``, ``selftest_extras`` (configurations the selftest
   checks besides its covering sample), ``functions`` (NumPy-style functions the family adds to the ``autotune``
-  namespace once registered), ``bench_name``; on ``Kernel``: ``bind`` and ``helper_kernels``.
+  namespace once registered), ``bench_name``, ``shape_set`` (the documented coverage and held-out shapes that
+  ``autotune coverage`` measures and rules are fitted on) and ``fit_config`` (a configuration of another shape
+  fitted to this one, as a rule launches it); on ``Kernel``: ``bind`` and ``helper_kernels``.
 
 docs/families.md is the reference for family authors: every method and hook, the template context, the shared
 template macros and intrinsics, the constraint names and a checklist.
@@ -227,6 +229,8 @@ class KernelFamily(abc.ABC):
     baseline: Mapping[str, Any] = {}
     suite: tuple[str, ...] = ()
     dry_run_shapes: tuple[str, ...] = ()
+    #: names of a shape's dimensions, for texts such as a rule's tree ("M", "N", "K"); empty: dim0, dim1, ...
+    dim_names: tuple[str, ...] = ()
     predicates: Mapping[str, "Predicate"] = {}
     #: Where this family was loaded from (a path or module name), so child processes can load it again.
     source: str = ""
@@ -346,6 +350,24 @@ class KernelFamily(abc.ABC):
         """A starting configuration in the forms that fit ``problem``, best fit first (e.g. split-K for a matmul
         too small to fill the GPU); the start itself, where left out, is measured after them."""
         return []
+
+    def fit_config(self, params: Mapping[str, Any], problem: "Problem", device: "DeviceInfo",
+                   space: "SearchSpace") -> dict[str, Any]:
+        """A configuration chosen for another shape, fitted to ``problem`` (a valid configuration; ``params``
+        themselves where nothing needs fitting, the default). A rule's portfolio member is launched on a new
+        shape in this form, and the cross-time matrix measures this form, so the two agree. Deterministic: it
+        depends on the shape and the GPU's multiprocessor count only."""
+        return dict(params)
+
+    def shape_set(self, name: str, dtype: str, args: Mapping[str, Any]) -> list[tuple[int, ...]]:
+        """The family's documented shapes (``core/shapesets.py``): 'coverage' (measured by ``autotune coverage``,
+        rules are fitted on it), 'held-out' (drawn by the same rule with another seed, never tuned: the bench of
+        unseen shapes) and 'simulator' (tiny shapes for a dry run). ValueError where the family has none."""
+        raise ValueError(f"the family {self.name!r} documents no shape sets: give the shapes (--shape)")
+
+    def shape_set_rule(self) -> str:
+        """How the family's shape sets are drawn, in words (``autotune coverage --list`` prints it)."""
+        return ""
 
     def unfit_for(self, params: Mapping[str, Any], device: "DeviceInfo") -> str | None:
         """Why a valid configuration cannot run on ``device`` (instructions its GPU lacks), or None; the tuner

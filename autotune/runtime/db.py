@@ -11,6 +11,10 @@ Writing loses nothing: an exclusive lock beside the file serialises writers, the
 temporary file and renamed over the old one (keeping its permissions), and merging replaces an entry only with a
 faster measurement of the same key (or when forced). A file with bad or duplicate entries is not rewritten until
 they are fixed.
+
+A file may also hold ``rules:``, the fitted choices for untuned shapes (autotune/core/rule.py), one per family,
+dtype and arguments, checked by the same load (each portfolio configuration against its family's search space);
+files without them load as before, and every write keeps them.
 """
 from __future__ import annotations
 
@@ -29,6 +33,7 @@ from ..core.device import device_slug
 from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import FamilyError, is_known
 from ..core.registry import family as family_named
+from ..core.rule import Rule, RuleError, parse_rule
 from ..core.space import load_space
 from ..core.timing import Timing
 from ..core.yamlfast import parse_yaml_fast
@@ -77,6 +82,9 @@ class DbFile:
     problems: list[str]
     #: entries of families not registered in this process: kept verbatim, not used
     foreign: list[dict[str, Any]] = field(default_factory=list)
+    #: fitted rules for untuned shapes (``rules:``), and those of families not registered here (kept verbatim)
+    rules: list[Rule] = field(default_factory=list)
+    foreign_rules: list[dict[str, Any]] = field(default_factory=list)
     _kinds: dict[str, list[Entry]] | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
@@ -84,8 +92,9 @@ class DbFile:
         return sorted({str(family_of(raw)) for raw in self.foreign})
 
     def family_names(self) -> list[str]:
-        """The families its entries name, registered in this process or not."""
-        return sorted({e.problem.family for e in self.entries} | {str(family_of(raw)) for raw in self.foreign})
+        """The families its entries and rules name, registered in this process or not."""
+        return sorted({e.problem.family for e in self.entries} | {str(family_of(raw)) for raw in self.foreign}
+                      | {r.family for r in self.rules} | {str(raw.get("family")) for raw in self.foreign_rules})
 
     def like(self, problem: Problem) -> list[Entry]:
         """The entries of ``problem``'s family, dtype and arguments, of any shape, in file order: the ones a
@@ -157,9 +166,9 @@ def checked_file(path: Path, doc: Any) -> DbFile:
         raise DatabaseError(f"{where}: expected a mapping with 'schema', 'device' and 'entries'")
     if doc.get("schema") != SCHEMA:
         raise DatabaseError(f"{where}: field 'schema' is {doc.get('schema')!r}; this autotune reads schema {SCHEMA}")
-    extra = sorted(str(k) for k in doc if k not in ("schema", "device", "entries"))
+    extra = sorted(str(k) for k in doc if k not in ("schema", "device", "entries", "rules"))
     if extra:
-        raise DatabaseError(f"{where}: unknown field {extra[0]!r} (a file has schema, device, entries)")
+        raise DatabaseError(f"{where}: unknown field {extra[0]!r} (a file has schema, device, entries, rules)")
     try:
         device = _device(doc.get("device"))
     except DatabaseError as exc:
@@ -187,7 +196,36 @@ def checked_file(path: Path, doc: Any) -> DbFile:
             message = (f"{label}: a second entry for {key} (entry #{first[key]} is the one used); remove one of "
                        f"them")
         problems.append(message)
-    return DbFile(path=path, device=device, entries=good, problems=problems, foreign=foreign)
+    rules, foreign_rules = _load_rules(where, doc.get("rules"), problems)
+    return DbFile(path=path, device=device, entries=good, problems=problems, foreign=foreign, rules=rules,
+                  foreign_rules=foreign_rules)
+
+
+def _load_rules(where: str, raw_rules: Any, problems: list[str]) -> tuple[list[Rule], list[dict]]:
+    """The file's rules, each checked (``parse_rule``); a bad one or a second for the same key is described in
+    ``problems``, as entries are."""
+    if raw_rules is None:
+        return [], []
+    if not isinstance(raw_rules, list):
+        raise DatabaseError(f"{where}: field 'rules' must be a list")
+    rules, foreign, first = [], [], {}
+    for i, raw in enumerate(raw_rules):
+        label = f"{where}: rule #{i + 1}{_entry_label(raw)}"
+        if isinstance(raw, dict) and isinstance(raw.get("family"), str) and not is_known(raw["family"]):
+            foreign.append(raw)
+            continue
+        try:
+            rule = parse_rule(raw)
+        except RuleError as exc:
+            message = f"{label}: {exc}"
+        else:
+            if rule.key not in first:
+                first[rule.key] = i + 1
+                rules.append(rule)
+                continue
+            message = f"{label}: a second rule for {rule.key} (rule #{first[rule.key]} is the one used); remove one"
+        problems.append(message)
+    return rules, foreign
 
 
 def _entry_label(raw: Any) -> str:
@@ -502,17 +540,23 @@ def _sort_key(entry: Entry) -> tuple:
     return (entry.problem.family, entry.problem.dtype, *(str(v) for v in args.values()), entry.problem.shape)
 
 
-def dump(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> str:
+def dump(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = (),
+         rules: list[Rule] = (), foreign_rules: list[dict[str, Any]] = ()) -> str:
     """The file text: deterministic (entries sorted by key, keys in insertion order), so diffs stay clean; entries
-    of families not registered here follow, as they were."""
-    return file_text(document(device, entries, foreign))
+    of families not registered here follow, as they were; then the rules, sorted by key, where there are any."""
+    return file_text(document(device, entries, foreign, rules, foreign_rules))
 
 
-def document(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = ()) -> dict[str, Any]:
+def document(device: Mapping[str, Any], entries: list[Entry], foreign: list[dict[str, Any]] = (),
+             rules: list[Rule] = (), foreign_rules: list[dict[str, Any]] = ()) -> dict[str, Any]:
     """What ``dump`` writes, before it is text."""
     records = [e.record for e in sorted(entries, key=_sort_key)]
     records += sorted(foreign, key=lambda raw: (str(family_of(raw)), dump_yaml(raw)))
-    return {"schema": SCHEMA, "device": dict(device), "entries": records}
+    doc = {"schema": SCHEMA, "device": dict(device), "entries": records}
+    if rules or foreign_rules:
+        doc["rules"] = [r.record for r in sorted(rules, key=lambda r: r.key)] + \
+            sorted(foreign_rules, key=lambda raw: (str(raw.get("family")), dump_yaml(raw)))
+    return doc
 
 
 def file_text(doc: Mapping[str, Any]) -> str:
@@ -653,11 +697,39 @@ def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], 
         if current.problems:
             raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
         entries, notes = merge(current.entries, incoming, force=force, reason=reason)
-        doc = document(current.device if path.exists() else device, entries, current.foreign)
+        doc = document(current.device if path.exists() else device, entries, current.foreign, current.rules,
+                       current.foreign_rules)
         text = file_text(doc)
         atomic_write(path, text)
     # The parse cache of the new text, from the document it was dumped from as reading the text gives it back,
     # checked as a read checks it: the next read does not parse the file again.
+    store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
+    return notes
+
+
+def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, replace: bool = True) -> list[str]:
+    """Put ``incoming`` rules into the file at ``path`` under its lock, entries and other rules kept. A rule
+    replaces the one of the same family, dtype and arguments (a refit from newer data), unless ``replace`` is
+    False (a merge from another machine: the file's own rule is kept). A symbolic link is written through."""
+    from .db_cache import store_written
+
+    path = write_destination(path)
+    with locked(path):
+        current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
+        if current.problems:
+            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
+        rules = {r.key: r for r in current.rules}
+        notes = []
+        for rule in incoming:
+            if rule.key in rules and not replace:
+                notes.append(f"kept the rule for {rule.key} (this file's own)")
+                continue
+            notes.append(f"{'replaced' if rule.key in rules else 'added'} the rule for {rule.key}: {rule.summary()}")
+            rules[rule.key] = rule
+        doc = document(current.device if path.exists() else device, current.entries, current.foreign,
+                       list(rules.values()), current.foreign_rules)
+        text = file_text(doc)
+        atomic_write(path, text)
     store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
     return notes
 

@@ -4,9 +4,9 @@ validated again, by this process or a later one.
 A database of 10,000 entries is about 8 MB of YAML; parsing it takes seconds even with libyaml, and validating
 every entry against its search space as long again. What a lookup needs is a few entries of one family, dtype
 and arguments. So the first read of a file stores its validated form (``DbFile``: device, problems, entries
-of families not registered, and the entries, pickled by kind, ``db.kind_of``) under the cache folder
-(``$AUTOTUNE_CACHE_DIR/db/``, else ``~/.cache/autotune/db/``), and a later read unpickles only the kinds asked
-for (``DbFile.like``), or all of them where a command lists every entry.
+of families not registered, the fitted rules as their records, and the entries, pickled by kind,
+``db.kind_of``) under the cache folder (``$AUTOTUNE_CACHE_DIR/db/``, else ``~/.cache/autotune/db/``), and a
+later read unpickles only the kinds asked for (``DbFile.like``), or all of them where a command lists every entry.
 
 The cache is keyed by everything that changes what it holds: the file's path and content (SHA-256 of its bytes,
 so any change of any byte is seen, whatever the file's time stamps say), the format of this cache, Python's,
@@ -34,9 +34,10 @@ from typing import Any, Callable, Iterable
 
 from ..core.registry import family as family_named
 from ..core.registry import is_known
-from .db import DbFile, Entry, kind_of
+from ..core.rule import Rule, parse_rule
+from .db import DbFile, Entry, kind_of, read_back
 
-FORMAT = 1
+FORMAT = 2
 MAGIC = b"autotune database cache\n"
 DIGEST = 32  # bytes of SHA-256
 MAX_CACHE_FILES = 64  # per cache folder: older ones are removed when a new one is written
@@ -160,8 +161,10 @@ class CachedDbFile(DbFile):
     """A ``DbFile`` read from the cache: its entries are unpickled by kind when first asked for."""
 
     def __init__(self, path: Path, device: dict[str, Any], problems: list[str], foreign: list[dict[str, Any]],
-                 kinds: dict[str, memoryview], families: list[str]):
+                 kinds: dict[str, memoryview], families: list[str], rules: list[dict[str, Any]],
+                 foreign_rules: list[dict[str, Any]]):
         self.path, self.device, self.problems, self.foreign = path, device, problems, foreign
+        self._rule_records, self.foreign_rules, self._rules = rules, foreign_rules, None
         self._blobs = kinds
         self._families = families
         self._kinds = {}
@@ -173,6 +176,13 @@ class CachedDbFile(DbFile):
             placed = [pair for kind in self._blobs for pair in self._placed(kind)]
             self._all = [entry for _, entry in sorted(placed, key=lambda pair: pair[0])]
         return self._all
+
+    @property
+    def rules(self) -> list[Rule]:
+        """The rules, checked again from their records (a few per file): a ``Rule`` is not pickled."""
+        if self._rules is None:
+            self._rules = [parse_rule(record) for record in self._rule_records]
+        return self._rules
 
     def like(self, problem) -> list[Entry]:
         kind = kind_of(problem)
@@ -211,7 +221,7 @@ def _read(store: Path, where: str, source: bytes, path: Path) -> CachedDbFile | 
         base = start + 8 + size
         kinds = {kind: raw[base + offset:base + offset + length] for kind, (offset, length) in doc["kinds"].items()}
         return CachedDbFile(path, doc["device"], list(doc["problems"]), list(doc["foreign"]), kinds,
-                            list(doc["families"]))
+                            list(doc["families"]), list(doc["rules"]), list(doc["foreign_rules"]))
     except Exception:  # noqa: BLE001 - a cache that does not read as written is rebuilt, whatever it holds
         return None
 
@@ -229,6 +239,7 @@ def _write(store: Path, where: str, source: bytes, db_file: DbFile) -> None:
             offset += len(blobs[-1])
         header = pickle.dumps({"key": _key(where, source), "families": _families_key(db_file.family_names()),
                                "device": db_file.device, "problems": db_file.problems, "foreign": db_file.foreign,
+                               "rules": [read_back(r.record) for r in db_file.rules], "foreign_rules": db_file.foreign_rules,
                                "kinds": kinds}, protocol=pickle.HIGHEST_PROTOCOL)
         body = b"".join([len(header).to_bytes(8, "little"), header, *blobs])
         store.parent.mkdir(parents=True, exist_ok=True)

@@ -5,11 +5,13 @@ The folders read, in order (``db.database_folders``): yours (the ``db`` argument
 GPU model, only yours is read unless ``device`` names a model. For a problem on GPU model G:
 
 1. the exact entry in G's file (``<folder>/<gpu-model-slug>.yaml``) of your folder, else of the shipped one;
-2. else the entry of the nearest shape of the same family, dtype and arguments in G's files, your folder's
+2. else the fitted rule for the problem's family, dtype and arguments in G's files (yours first; see
+   autotune/runtime/rules.py): its portfolio configuration for this shape, fitted to the shape by the family;
+3. else the entry of the nearest shape of the same family, dtype and arguments in G's files, your folder's
    first on a tie. Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from 2048 as
    from 8192;
-3. else a file of another GPU model with the same compute capability, the same way (yours first);
-4. else the family's default configuration for the shape.
+4. else a file of another GPU model with the same compute capability, the same way (yours first);
+5. else the family's default configuration for the shape.
 
 Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
 read (skipped), entries of a family not registered in this process (kept, unused), and an entry whose recorded
@@ -47,6 +49,7 @@ from .db import (
     shipped_folder,
     stale_note,
 )
+from .rules import ranked_configs, rule_for, rule_note
 
 
 class TunedKernelWarning(UserWarning):
@@ -76,6 +79,8 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
             _announce_named_folder(db)
             chosen = choice(problem, folders, device)
             if chosen.note:
+                chosen = _untuned(problem, chosen, folders, device, db)
+            if chosen.note:
                 warn(chosen.note, TunedKernelWarning)
             kernel = build_kernel(family, chosen.params, problem.dtype, **problem.args)
             stale = _stale(chosen, kernel)
@@ -93,6 +98,32 @@ def _stale(chosen: "Choice", kernel) -> str | None:
     source = None if backend.simulator() else getattr(kernel, "source", None)
     note = stale_note(chosen.entry, source)
     return f"{chosen.path}: the entry for {chosen.entry.problem.key}: {note}" if note else None
+
+
+# -- shapes without an exact entry: the record of shapes met, tuning on first use --
+_first_use = None
+
+
+def set_first_use(hook) -> None:
+    """Install (or, with None, remove) what runs for a problem without an exact entry: ``hook(problem, folders,
+    db)`` returns (params, note) or None (autotune/tuning/first_use.py installs one; see
+    ``autotune.tune_on_first_use``). Kernels already looked up in this process keep their configuration."""
+    global _first_use
+    _first_use = hook
+
+
+def _untuned(problem: Problem, chosen: "Choice", folders: list[Path], device: str | None, db) -> "Choice":
+    """A problem without an exact entry: recorded (runtime/met.py), and tuned on first use where that is on and
+    it is for this GPU (then the configuration tuned, with its note)."""
+    from .met import record
+
+    record(problem, device or current_device().name)
+    if _first_use is not None and device is None:
+        tuned = _first_use(problem, folders, db)
+        if tuned is not None:
+            return Choice(*tuned)
+    return chosen
+# --
 
 
 def lookup_folders(db: str | Path | None = None, device: str | None = None) -> list[Path]:
@@ -142,6 +173,12 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
         if entry is not None and distance == 0:
             return Choice(dict(entry.params), None, entry, db_file.path)
         own.append(db_file)
+    # -- the fitted rule of the GPU model --
+    by_rule = rule_for(problem, own)
+    if by_rule:
+        rule, db_file = by_rule
+        return Choice(ranked_configs(rule, problem, db_file.device)[0], rule_note(problem, name, rule, db_file))
+    # --
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found

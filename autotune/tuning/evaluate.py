@@ -102,7 +102,7 @@ def measure_variant(job: Job) -> Measurement:
     clock.append(time.perf_counter())
     try:
         timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
-                       simulator=simulator)
+                       simulator=simulator, **budget(job.rep_ms))
     except Exception as exc:
         return _failed("run", exc)
     clock.append(time.perf_counter())
@@ -120,6 +120,14 @@ def _cache_hits(kernel, loaded: list) -> int | None:
         return from_code
     stats = getattr(kernel.entry, "stats", None)
     return from_code + (int(sum(stats.cache_hits.values())) if stats is not None else 0)
+
+
+def budget(rep_ms: float | None) -> dict[str, float]:
+    """``bench``'s budget for a job: its default, or ``rep_ms`` of timed runs after a fifth of that of warm-up, at
+    most 100 runs (a cell of a cross-time matrix: a ranking among candidates needs less than a recorded time)."""
+    if rep_ms is None:
+        return {}
+    return {"rep_ms": rep_ms, "warmup_ms": rep_ms / 5, "max_reps": 100}
 
 
 def _failed(stage: str, exc: Exception) -> Measurement:

@@ -30,6 +30,8 @@ class Job:
     args: dict[str, Any]
     params: dict[str, Any]
     space: str | None = None
+    #: the timing budget in ms (None: ``measure.bench``'s default); a cross-time matrix times many cells briefly
+    rep_ms: float | None = None
 
     def problem(self):
         from ..core.problem import Problem
@@ -39,9 +41,9 @@ class Job:
         return Problem(self.family, self.shape, self.dtype, self.args)
 
 
-def job_for(problem, params: dict[str, Any], space_path: str | None = None) -> Job:
+def job_for(problem, params: dict[str, Any], space_path: str | None = None, rep_ms: float | None = None) -> Job:
     return Job(source=problem.impl.source or problem.family, family=problem.family, shape=tuple(problem.shape),
-               dtype=problem.dtype, args=dict(problem.args), params=dict(params), space=space_path)
+               dtype=problem.dtype, args=dict(problem.args), params=dict(params), space=space_path, rep_ms=rep_ms)
 
 
 @dataclass(frozen=True)

@@ -72,12 +72,14 @@ class MatmulFamily(KernelFamily):
     suite = ("1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
              "8192x128x8192", "1000x1000x1000", "127x3000x511")
     dry_run_shapes = ("37x29x11",)
+    dim_names = ("M", "N", "K")
     predicates = PREDICATES
     reference_peers = ("cuBLAS (cupy)", "cuBLAS (torch)", "cuBLAS TF32 (torch)")
 
     def __init__(self):
         self.space_file = HERE / "space.yaml"
         self.template_dir = HERE / "templates"
+        self._fitted: dict[tuple, dict[str, Any]] = {}  # fit_config's validated forms
 
     def check_shape(self, shape, args) -> None:
         if len(shape) != 3:
@@ -318,6 +320,42 @@ class MatmulFamily(KernelFamily):
             forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
         return forms
 
+    # -- coverage -----------------------------------------------------------------------------------
+    def fit_config(self, params, problem, device, space) -> dict[str, Any]:
+        """A CUDA-core or ``mma.sync`` configuration with its K split and edge handling chosen for this shape:
+        the smallest split that fills 90% of a wave of blocks (``problem_starts``' first form), else, where none
+        does, the largest that keeps two K tiles per split; SPLIT_ADD kept where the configuration had one and it
+        is valid, else the first valid way of combining; clamped edges exactly where the tiles overhang M or N.
+        wgmma configurations have neither and are kept as given."""
+        if not is_tiled(params) or is_wgmma(params):
+            return dict(params)
+        M, N, _ = problem.shape
+        add = params.get("SPLIT_ADD", "atomic") if params.get("SPLIT_K", 1) > 1 else "atomic"
+        base = {k: v for k, v in params.items() if k not in ("SPLIT_K", "SPLIT_ADD")}
+        base["EDGE"] = "clamp" if M % base["BM"] or N % base["BN"] else "interior"
+        split = _fitting_split(base, problem.shape, device.sm_count, space.params["SPLIT_K"].values)
+        key = (tuple(base.items()), add, split, problem.dtype, tuple(problem.args.items()), device.cc, id(space))
+        if key not in self._fitted:  # a choice must cost well under a millisecond: validation is most of it
+            if len(self._fitted) > 4096:
+                self._fitted.clear()
+            forms = [{**base, "SPLIT_K": split, "SPLIT_ADD": a}
+                     for a in dict.fromkeys((add, "atomic", "last_block", "vector"))] if split > 1 else []
+            forms.append({**base, "SPLIT_K": 1})
+            checked = (space.checked_or_none(form, dtype=problem.dtype, args=problem.args) for form in forms)
+            self._fitted[key] = next((c for c in checked if c is not None and self.unfit_for(c, device) is None),
+                                     dict(params))
+        return dict(self._fitted[key])
+
+    def shape_set(self, name, dtype, args) -> list[tuple[int, ...]]:
+        from .coverage import shape_set
+
+        return shape_set(name, dtype, args, tuple(tuple(int(d) for d in s.split("x")) for s in self.suite))
+
+    def shape_set_rule(self) -> str:
+        from .coverage import rule_text
+
+        return rule_text()
+
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:
         """cuBLAS through CuPy and PyTorch in IEEE fp32 (TF32 off), the accuracy of "ieee" and "3xtf32"; for "tf32",
@@ -370,6 +408,14 @@ class MatmulFamily(KernelFamily):
         return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
             ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")
+
+
+def _fitting_split(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> int:
+    """``fit_config``'s split: the first of ``_filling_splits``, else the largest that keeps two K tiles a split."""
+    filling = _filling_splits(start, shape, sm_count, splits)
+    if filling:
+        return filling[0]
+    return max((s for s in splits if shape[2] >= 2 * start["BK"] * s), default=1)
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:

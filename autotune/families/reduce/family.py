@@ -40,6 +40,7 @@ from .config import (
 from .reference import expected_result, with_values_planted
 
 HERE = Path(__file__).resolve().parent
+MIN_SPLIT_ROWS = 8  # rows each row split of a column reduction keeps at least, where a rule fits it to a shape
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
@@ -181,6 +182,30 @@ class ReduceFamily(KernelFamily):
             chosen = {**load_space(self.name).defaults(problem.args), **params}
             params["ROW_SPLIT"] = column_splits(problem.shape, chosen["BX"] * chosen["VEC"])
         return params
+
+    # -- coverage -----------------------------------------------------------------------------------
+    def fit_config(self, params, problem, device, space) -> dict[str, Any]:
+        """Down columns, at most as many row splits as leave each split MIN_SPLIT_ROWS rows (a split of 64 that
+        served 16384 rows would give a 64-row matrix one row per block, each combined with an atomic); the
+        rest as given."""
+        params = dict(params)
+        if problem.args["axis"] in (0, -2) and params.get("ROW_SPLIT", 1) > 1:
+            rows = problem.shape[-2]
+            split = params["ROW_SPLIT"]
+            while split > 1 and rows // split < MIN_SPLIT_ROWS:
+                split //= 2
+            params["ROW_SPLIT"] = split
+        return params
+
+    def shape_set(self, name, dtype, args) -> list[tuple[int, ...]]:
+        from .coverage import shape_set
+
+        return shape_set(name, dtype, args)
+
+    def shape_set_rule(self) -> str:
+        from .coverage import rule_text
+
+        return rule_text()
 
     # -- optional -----------------------------------------------------------------------------------
     def peers(self, problem, inputs: Sequence) -> dict[str, Any]:

@@ -1,0 +1,57 @@
+"""Choosing through a fitted rule: for a problem without an exact database entry, the rule of its family, dtype and
+arguments in the GPU model's files (yours first) ranks its portfolio for the shape, and the family fits the chosen
+configuration to the shape (``KernelFamily.fit_config``), with the multiprocessor count the file declares. See
+autotune/core/rule.py for what a rule is, autotune/tuning/fit.py for how one is fitted.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.device import DeviceInfo
+from ..core.problem import Problem
+from ..core.rule import Rule
+from ..core.space import config_key, load_space
+from .db import DbFile
+
+
+def rule_for(problem: Problem, files: list[DbFile]) -> tuple[Rule, DbFile] | None:
+    """The first rule serving ``problem`` in ``files``, in their order, with its file; None where none does."""
+    for db_file in files:
+        for rule in db_file.rules:
+            if rule.serves(problem.family, problem.dtype, problem.args, problem.shape):
+                return rule, db_file
+    return None
+
+
+def ranked_configs(rule: Rule, problem: Problem, device: dict[str, Any], count: int = 1) -> list[dict[str, Any]]:
+    """The first ``count`` configurations of the rule's ranking for the shape, each fitted to it (duplicates after
+    fitting dropped), best first."""
+    info = _device_info(device)
+    space = load_space(problem.family)
+    found, keys = [], set()
+    for index in rule.ranking(problem.shape)[:count]:
+        params = problem.impl.fit_config(rule.portfolio[index], problem, info, space)
+        if config_key(params) not in keys:
+            keys.add(config_key(params))
+            found.append(params)
+    return found
+
+
+_devices: dict[tuple, DeviceInfo] = {}
+
+
+def _device_info(device: dict[str, Any]) -> DeviceInfo:
+    key = tuple(sorted((str(k), str(v)) for k, v in device.items()))
+    if key not in _devices:
+        _devices[key] = DeviceInfo.from_record(device)
+    return _devices[key]
+
+
+def rule_note(problem: Problem, device_name: str, rule: Rule, db_file: DbFile) -> str:
+    """The announcement of a choice by a rule: which rule, from which file, how good it was on held-out shapes."""
+    index = rule.ranking(problem.shape)[0]
+    return (f"no tuned entry for {problem.key} on {device_name}; the fitted rule for {rule.key} in {db_file.path} "
+            f"({rule.summary()}) chose its configuration #{index}, fitted to the shape")
+
+
+__all__ = ["rule_for", "ranked_configs", "rule_note"]

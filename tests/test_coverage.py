@@ -1,0 +1,274 @@
+"""Coverage of untuned shapes: the documented shape sets, the coverage run (claims, resumption, the matrix) in the
+simulator, the record of shapes met without an entry, tuning on first use, and the bench's JSON rows."""
+import json
+import math
+import os
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+import pytest
+
+from autotune.core.problem import Problem
+from autotune.core.registry import family
+from autotune.core.shapesets import draw_shapes, spread_order
+from autotune.core.timing import Timing
+from autotune.runtime import db, met
+from autotune.runtime.lookup import TunedKernelWarning, get_best_kernel, set_first_use
+from autotune.tuning.coverage import CoverageConfig, CoverageRun, Units
+from autotune.tuning.matrix import read_matrix
+
+ROOT = Path(__file__).resolve().parents[1]
+MATMUL = {"layout": "nn", "precision": "ieee", "out_dtype": None}
+
+
+# -- shape sets -----------------------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype, args", [("float32", MATMUL), ("float16", MATMUL),
+                                         ("float32", {**MATMUL, "precision": "3xtf32"})])
+def test_matmul_sets_cover_the_documented_ranges(dtype, args):
+    impl = family("matmul")
+    coverage, held_out = impl.shape_set("coverage", dtype, args), impl.shape_set("held-out", dtype, args)
+    assert coverage == impl.shape_set("coverage", dtype, args)  # seeded: the same every time
+    assert len(held_out) >= 30 and not set(coverage) & set(held_out)
+    assert not set(held_out) & {tuple(int(d) for d in s.split("x")) for s in impl.suite}
+    dims = [d for s in coverage for d in s]
+    assert min(dims) <= 64 and max(dims) >= 16384
+    assert any(d & (d - 1) for d in dims)  # non-powers of two
+    assert any(s[0] <= 256 <= 4096 <= min(s[1:]) for s in coverage)  # skinny M
+    assert any(s[1] <= 256 <= 4096 <= min(s[0], s[2]) for s in coverage)  # skinny N
+    assert any(s[2] >= 8 * max(s[:2]) for s in coverage) and any(s[2] <= 256 <= 4096 <= min(s[:2]) for s in coverage)
+    assert (4096, 4096, 4096) in coverage and any(s[1:] == (11008, 4096) for s in coverage)  # a cube, Llama's MLP
+    from autotune.families.matmul.coverage import MAX_OPERAND, work_bound
+
+    suite = {tuple(int(d) for d in s.split("x")) for s in impl.suite}
+    assert suite <= set(coverage)  # the suite is measured whatever its size
+    for s in coverage + held_out:
+        if s not in suite:
+            assert math.prod(s) <= work_bound(dtype, args) and max(s[0] * s[2], s[2] * s[1]) <= MAX_OPERAND
+        Problem("matmul", s, dtype, args)
+
+
+@pytest.mark.parametrize("axis, rank", [(None, 1), (0, 2), (1, 2), (-2, 3)])
+def test_reduction_sets_per_axis(axis, rank):
+    impl, args = family("reduce"), {"op": "sum", "axis": axis}
+    coverage, held_out = impl.shape_set("coverage", "float32", args), impl.shape_set("held-out", "float32", args)
+    assert len(held_out) >= 30 and not set(coverage) & set(held_out)
+    assert {len(s) for s in coverage + held_out} == {rank}
+    sizes = [math.prod(s) for s in coverage]
+    assert min(sizes) <= 2 ** 11 and max(sizes) >= 2 ** 26 and max(sizes) <= 2 ** 28
+    for s in coverage + held_out:
+        Problem("reduce", s, "float32", args)
+
+
+def test_spread_order_prefixes_are_spread_out(rng):
+    shapes = [tuple(int(d) for d in rng.integers(1, 5000, size=3)) for _ in range(60)]
+    ordered = spread_order(shapes)
+    assert sorted(ordered) == sorted(shapes)
+    logs = np.log2(np.array(ordered, dtype=float))
+    gap = lambda k: min(np.abs(logs[i] - logs[j]).sum() for i in range(k) for j in range(i))  # noqa: E731
+    assert gap(8) >= gap(30)  # the first few are farther apart than a longer prefix's closest pair
+
+
+def test_draws_refuse_a_too_narrow_distribution():
+    with pytest.raises(ValueError, match="too narrow"):
+        draw_shapes(lambda rng: (int(rng.integers(1, 3)),), 5, seed=0, tries=200)
+
+
+def test_the_list_command_prints_the_set_and_its_rule(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "autotune", "coverage", "reduce", "--axis", "-2", "--list",
+                          "--set", "held-out"], capture_output=True, text=True, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert out.returncode == 0, out.stderr
+    shapes = [line.strip() for line in out.stdout.splitlines() if line.startswith("  ")]
+    expected = family("reduce").shape_set("held-out", "float32", {"op": "sum", "axis": -2})
+    assert shapes == ["x".join(map(str, s)) for s in expected] and "seed 1" in out.stdout
+
+
+# -- claims and the run ------------------------------------------------------------------------------
+def test_the_earliest_claim_of_a_shape_wins(tmp_path):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(tmp_path / "j")))
+    study = optuna.create_study(storage=storage, study_name="s")
+    first, second = Units(study), Units(study)
+    claim = first.claim("64x64x64")
+    assert claim is not None and second.claim("64x64x64") is None
+    assert second.taken() == {"64x64x64"}
+    first.complete(claim, 1.5, {"cells": [1.5]})
+    assert set(second.finished()) == {"64x64x64"} and second.claim("64x64x64") is None
+    other = second.claim("128x128x128")
+    second.give_back(other)  # an interrupted run frees its shape
+    assert "128x128x128" not in first.taken() and first.claim("128x128x128") is not None
+
+
+def test_a_coverage_run_in_the_simulator_resumes_and_writes_its_matrix(tmp_path):
+    """Two shapes and two candidates of a reduction in the simulator (meaningless times, real pipeline): every
+    cell measured after its output was checked, the matrix written, a second run measuring nothing again."""
+    args = {"op": "sum", "axis": None}
+    shapes = family("reduce").shape_set("simulator", "float32", args)[1:3]
+    config = CoverageConfig(devices=(0,), state_dir=tmp_path / "state", db=str(tmp_path / "db"), write_db=True,
+                            matrix=tmp_path / "m.json", max_candidates=2, rep_ms=1.0)
+    from autotune.core.device import current_device
+
+    lines = []
+    run = CoverageRun("reduce", "float32", args, shapes, config, current_device(), report=lines.append)
+    result = run.run_cross([])
+    assert result.done == result.done_here == 2 and result.shapes_per_hour > 0
+    matrix = read_matrix(tmp_path / "m.json")
+    assert matrix.shapes == shapes and len(matrix.candidates) == 2
+    assert all(t is not None and t > 0 for row in matrix.ms for t in row)
+    written = db.load_file(db.db_path(tmp_path / "db", current_device().name))
+    assert sorted(e.problem.shape for e in written.entries) == sorted(shapes)
+    again = CoverageRun("reduce", "float32", args, shapes, config, current_device(), report=lines.append)
+    assert again.run_cross([]).done_here == 0 and read_matrix(tmp_path / "m.json").ms == matrix.ms
+    assert any("as the study holds them" in line for line in lines)
+
+
+# -- shapes met without an entry ------------------------------------------------------------------------
+def test_shapes_met_are_recorded_once_and_read_back_checked(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(met, "_recorded", set())
+    a = Problem("reduce", (1000,), "float32", {"op": "max"})
+    b = Problem("matmul", (7, 13, 5), "float32", {"layout": "tn"})
+    for problem in (a, b, a):
+        met.record(problem, "Some GPU")
+    path = met.met_path("Some GPU")
+    with open(path, "a") as f:
+        f.write('{"family": "reduce", "dtype": "float32", "shape": [0], "args": {}}\nnot json\n')
+    found = met.read_met(path)
+    assert [p.key for p in found.problems] == [a.key, b.key] and found.skipped == 2
+    monkeypatch.setenv("AUTOTUNE_RECORD_MET", "0")
+    met.record(Problem("reduce", (77,), "float32"), "Some GPU")
+    assert len(met.read_met(path).problems) == 2
+
+
+def test_the_record_is_bounded(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(met, "_recorded", set())
+    monkeypatch.setattr(met, "MAX_BYTES", 400)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for n in range(2, 40):
+            met.record(Problem("reduce", (n,), "float32"), "Bounded GPU")
+    assert met.met_path("Bounded GPU").stat().st_size <= 400
+    assert sum("not recording more shapes" in str(w.message) for w in caught) == 1
+
+
+def test_a_lookup_without_an_entry_is_recorded(tmp_path, monkeypatch):
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(met, "_recorded", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TunedKernelWarning)
+        get_best_kernel("reduce", (1001,), db=tmp_path / "empty", op="min")
+    assert [p.key for p in met.read_met(met.met_path("CUDA simulator")).problems] == ["reduce/float32/min/all/1001"]
+
+
+def cli(*args, cwd, env=None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
+    env.pop("AUTOTUNE_DB", None)
+    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
+                          env=env, timeout=600)
+
+
+def test_met_tune_tunes_exactly_the_recorded_shapes(tmp_path):
+    env = {"AUTOTUNE_CACHE_DIR": str(tmp_path / "cache")}
+    record = ("import warnings; warnings.simplefilter('ignore'); from autotune import get_best_kernel; "
+              "get_best_kernel('reduce', (70,), db='db', op='min')")
+    subprocess.run([sys.executable, "-c", record], cwd=tmp_path, check=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(ROOT), **env})
+    listed = cli("met", "list", cwd=tmp_path, env=env)
+    assert "reduce/float32/min/all/70" in listed.stdout
+    out = cli("met", "tune", "--simulator", "--write-db", "--db", "db", cwd=tmp_path, env=env)
+    assert out.returncode == 0, out.stderr
+    entries = db.load_file(db.db_path(tmp_path / "db", "CUDA simulator")).entries
+    assert [e.problem.key for e in entries] == ["reduce/float32/min/all/70"]
+    assert not (tmp_path / "cache" / "met" / "cuda-simulator.jsonl").exists()  # cleared once tuned
+
+
+def test_rule_commands_fit_show_check_and_score(tmp_path):
+    fixture = ROOT / "tests" / "data" / "synthetic-matrix.json"
+    out = cli("rule", "fit", str(fixture), "--db", "db", "--max-portfolio", "4", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "on held-out shapes (cross-validated)" in out.stdout and "added the rule for matmul/float32/nn" in out.stdout
+    shown = cli("rule", "show", "--db", "db", cwd=tmp_path).stdout
+    assert "matmul/float32/nn (Synthetic GPU)" in shown and "#3:" in shown and "#4:" not in shown
+    assert "1 valid rules" in cli("db", "check", "--db", "db", cwd=tmp_path).stdout
+    scored = cli("rule", "score", str(fixture), "--db", "db", cwd=tmp_path)
+    assert scored.returncode == 0 and "geometric mean" in scored.stdout, scored.stderr
+
+
+# -- tuning on first use ------------------------------------------------------------------------------
+def test_tuning_on_first_use_keeps_a_checked_winner(tmp_path, monkeypatch, rng):
+    from autotune.tuning.first_use import tune_on_first_use
+    from autotune.tuning.instance import Instance
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
+    folder = tmp_path / "db"
+    tune_on_first_use(candidates=2, budget_s=60, rep_ms=1.0, db=folder)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            kernel = get_best_kernel("reduce", (301,), db=folder, op="nanmax")
+            get_best_kernel("reduce", (299,), db=folder, op="nanmax")
+    finally:
+        set_first_use(None)
+    notes = [str(w.message) for w in caught if issubclass(w.category, TunedKernelWarning)]
+    assert sum("tuning on first use is on" in n for n in notes) == 1  # told once
+    assert sum("on first use: timed" in n for n in notes) == 2
+    entries = db.load_file(db.db_path(folder, "CUDA simulator")).entries
+    assert sorted(e.problem.key for e in entries) == ["reduce/float32/nanmax/all/299",
+                                                      "reduce/float32/nanmax/all/301"]
+    kept = next(e for e in entries if e.problem.shape == (301,))
+    assert kept.params == kernel.params and kept.record["trials"] >= 1
+    problem = Problem("reduce", (301,), "float32", {"op": "nanmax"})
+    assert Instance(problem, rng).check(kernel) is None  # NaN planted, poisoned output, float64 reference
+
+
+def test_the_environment_variable_is_checked(monkeypatch):
+    from autotune.tuning.first_use import enable_from_environment
+
+    monkeypatch.setenv("AUTOTUNE_TUNE_ON_FIRST_USE", "maybe")
+    with pytest.raises(ValueError, match="AUTOTUNE_TUNE_ON_FIRST_USE"):
+        enable_from_environment()
+    monkeypatch.setenv("AUTOTUNE_TUNE_ON_FIRST_USE", "0")
+    enable_from_environment()
+    from autotune.runtime import lookup
+
+    assert lookup._first_use is None
+
+
+# -- the bench's JSON rows -----------------------------------------------------------------------------
+def timing(ms):
+    return Timing(ms, ms * 0.99, ms * 1.01, 50)
+
+
+def test_bench_rows_and_the_held_out_summary(tmp_path):
+    from autotune.commands.bench_json import merged, problem_rows, read_rows, summary, write_rows
+
+    rows = [{"name": "autotune", "timing": timing(2.0), "chosen_by": "rule"},
+            {"name": "autotune tuned for the shape", "timing": timing(1.8), "tuned": True},
+            {"name": "seed naive", "timing": timing(9.0)},
+            {"name": "cuBLAS (cupy)", "timing": timing(1.6), "peer": True},
+            {"name": "cuBLAS (torch)", "timing": timing(2.2), "peer": True},
+            {"name": "broken", "error": "wrong"}]
+    out = problem_rows("matmul/float32/nn/100x200x300", rows)
+    assert [r["kernel"] for r in out] == ["autotune", "autotune tuned", "seed naive", "cuBLAS (cupy)",
+                                          "cuBLAS (torch)"]
+    assert all(set(r) >= {"problem", "kernel", "ms", "peer", "vs_peer"} for r in out)
+    assert out[0]["peer"] == "cuBLAS (cupy)" and out[0]["vs_peer"] == pytest.approx(0.8)
+    assert out[0]["chosen_by"] == "rule"
+    path = tmp_path / "gpu-held-out.json"
+    write_rows(path, out)
+    second = problem_rows("matmul/float32/nn/64x64x64", [{"name": "autotune", "timing": timing(1.0)},
+                                                          {"name": "cuBLAS (cupy)", "timing": timing(1.1),
+                                                           "peer": True}])
+    all_rows = merged(read_rows(path), second)
+    assert len(all_rows) == 7 and merged(all_rows, second) == all_rows  # a rerun replaces its own rows
+    text = summary(all_rows)
+    line = next(x for x in text.splitlines() if "vs cuBLAS (cupy)" in x)
+    assert "| 2 " in line and f"{math.sqrt(0.8 * 1.1):.3f}x" in line and "0.800x" in line
+    assert "0.900x" in next(x for x in text.splitlines() if "vs autotune tuned" in x)
+    path.write_text(json.dumps([{"problem": 1}]))
+    with pytest.raises(ValueError, match="bench rows"):
+        read_rows(path)
