@@ -29,7 +29,10 @@ Results:
     ``result_array(out, shape, dtype, order, stream)``  ``out=`` checked, or a new array from the result pool
     ``empty(shape, dtype, order, stream)``  a new device array from the result pool (uninitialised)
     ``free_all_blocks()``       give the pool's cached blocks back
-    ``returned(result, host, out, scalar)``  NumPy in, NumPy out; device in, device out
+    ``library_of(*args)``       the caller's array library (NumPy, PyTorch, CuPy, Numba...): the first argument's
+                                that is not a NumPy array
+    ``returned(result, library, out, scalar)``  the result in that library (NumPy in, NumPy out; PyTorch in,
+                                PyTorch out...), or ``out`` itself
     ``zero_fill(d, stream)``, ``copy_into(result, d, stream)``  the answers of empty cases
 
 Kernels and errors:
@@ -46,7 +49,7 @@ _WHERE = {
     "order_of": "runtime.calls", "c_base": "runtime.calls", "normalize_axis": "runtime.calls",
     "collapse": "runtime.calls", "result_array": "runtime.calls", "returned": "runtime.calls",
     "zero_fill": "runtime.calls", "copy_into": "runtime.calls", "tuned_kernel": "runtime.calls",
-    "Replay": "runtime.calls",
+    "Replay": "runtime.calls", "library_of": "runtime.calls",
     "is_host": "runtime.arrays", "to_host": "runtime.arrays", "host_to_device": "runtime.arrays",
     "device_to_host": "runtime.arrays", "is_c_contiguous": "runtime.arrays", "is_f_contiguous": "runtime.arrays",
     "flat": "runtime.arrays", "aligned": "runtime.arrays", "overlaps": "runtime.arrays",

@@ -320,25 +320,21 @@ def test_a_remembered_rendering_is_the_rendering_and_follows_every_template_chan
     text = (Path(impl.template_dir) / template).read_text()
     (own / template).write_text(text.replace("\n", "\n# edited\n", 1))
     monkeypatch.setenv("AUTOTUNE_TEMPLATES", str(own))
-    from autotune.runtime.render import environment
-
-    environment.cache_clear()
-    try:
-        assert sources.memo_key(impl, checked, "float32", args, False) != key
-        edited = render_source("reduce", params, simulator=False, op="max")[2]
-        assert edited != first and "# edited" in edited and len(calls) == 2
-    finally:
-        environment.cache_clear()
+    assert sources.memo_key(impl, checked, "float32", args, False) != key
+    edited = render_source("reduce", params, simulator=False, op="max")[2]
+    assert edited != first and "# edited" in edited and len(calls) == 2
+    (own / template).write_text(text.replace("\n", "\n# edited again, in place\n", 1))  # same folder, same process
+    again = render_source("reduce", params, simulator=False, op="max")[2]
+    assert "# edited again, in place" in again and len(calls) == 3
     monkeypatch.delenv("AUTOTUNE_TEMPLATES")
-    sources.render_inputs_hash.cache_clear()
 
     source_path(first).write_text(first + "# changed\n")
-    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 3
+    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 4
     assert source_path(first).read_text() == first  # the file the compiler imports is written again too
     source_path(first).unlink()
-    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 4
+    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 5
     assert source_path(first).read_text() == first
-    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 4
+    assert render_source("reduce", params, simulator=False, op="max")[2] == first and len(calls) == 5
 
 
 # -- the shipped store, built and checked as CI does ------------------------------------------------------

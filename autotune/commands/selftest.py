@@ -55,7 +55,7 @@ def _cheap(space) -> dict:
     return {name: (min(p.values),) for name, p in space.params.items() if isinstance(p.values[0], int)}
 
 
-def selftest(small: bool = False, kinds=None, dtypes=None, out=sys.stdout,
+def selftest(small: bool = False, kinds=None, dtypes=None, out=None,
              compile_timeout_s: float = COMPILE_TIMEOUT_S) -> bool:
     """Check the families ``kinds`` (default: the built-in ones) in ``dtypes`` (default: each family's own);
     True when every check passed.
@@ -63,6 +63,7 @@ def selftest(small: bool = False, kinds=None, dtypes=None, out=sys.stdout,
     On the GPU every variant is compiled ahead in parallel; one whose compile takes longer than
     ``compile_timeout_s`` (the tuner's default limit, so tuning never picks it either) is named and not checked.
     """
+    out = sys.stdout if out is None else out  # the stdout of the call, not of the import
     from ..core.device import current_device
     from ..core.registry import BUILTIN
 
@@ -74,8 +75,9 @@ def selftest(small: bool = False, kinds=None, dtypes=None, out=sys.stdout,
     return check_plan(plan, rng, out)
 
 
-def check_plan(plan, rng: np.random.Generator, out=sys.stdout) -> bool:
+def check_plan(plan, rng: np.random.Generator, out=None) -> bool:
     """Check every (kind, dtype, arguments, shapes, sample) of the plan; print failures as they come and a summary."""
+    out = sys.stdout if out is None else out  # the stdout of the call, not of the import
     failures, checked, t0 = [], 0, time.time()
     for kind, dtype, args, shapes, sample in plan:
         for params in sample:
@@ -120,11 +122,12 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
     return problem.impl.verify(problem, case, arrays.device_to_host(out), rng)
 
 
-def compile_ahead(plan, timeout_s: float, out=sys.stdout) -> list:
+def compile_ahead(plan, timeout_s: float, out=None) -> list:
     """Compile every variant in parallel CPU processes first (storing their code), as the tuner does; the
     plan without the variants the tuner would never pick, which are named: those whose compile took longer than
     ``timeout_s`` and those the compile step prunes (a spilling tensor-core variant). A variant that fails to
     compile stays in the plan, so that its checks fail."""
+    out = sys.stdout if out is None else out  # the stdout of the call, not of the import
     import os
     from concurrent.futures import as_completed
 

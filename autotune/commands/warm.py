@@ -35,10 +35,11 @@ class WarmResult:
     reason: str = ""
 
 
-def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=sys.stdout, *,
+def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, out=None, *,
          families: list[str] | None = None, ship: bool = False, check: bool = False) -> int:
     """Compile the entries (of ``families`` only, where given); 0 when all compiled, 1 when one failed, 3 without
     a GPU and without ``cc``; with ``ship``, build (or with ``check``, check) the shipped code (``ship_code``)."""
+    out = sys.stdout if out is None else out  # the stdout of the call, not of the import
     from ..core.device import current_device, device_slug, gpu_available
 
     if ship or check:

@@ -7,14 +7,13 @@ So the rendered source's hash is remembered under a key made of everything rende
 the validated parameters, dtype and family arguments, and whether it renders for the simulator, with a hash of
 every file rendering can depend on: the template folders' files (``$AUTOTUNE_TEMPLATES`` too), autotune's own
 Python files (the families' ``template_context``, the render), the folder of a family defined outside autotune,
-and Jinja's and Python's versions (hashed once per process and template folder: a file edited while a process
-runs is seen by the next process). The source itself is the file the compiler imports (``compiler.source_path``);
+and Jinja's and Python's versions (read again only where a file's size or modification time changed, so a
+template edited while a process runs is seen at its next render). The source itself is the file the compiler imports (``compiler.source_path``);
 a remembered hash whose file is missing or holds other text is rendered again, never trusted.
 """
 from __future__ import annotations
 
 import contextlib
-import functools
 import hashlib
 import json
 import os
@@ -64,13 +63,13 @@ def memo_path(key: str) -> Path:
     return cache_dir() / "sources" / key[:2] / f"{key}.txt"
 
 
-@functools.lru_cache(maxsize=32)
 def render_inputs_hash(name: str, template_dir: str, user_templates: str, family_folder: str | None) -> str | None:
-    """SHA-256 of every file rendering can read (see the module docstring); None where one cannot be read."""
+    """SHA-256 of every file rendering can read (see the module docstring); None where one cannot be read. The
+    files are read again only where one's size or modification time changed since this process last hashed them
+    (or the list of files changed): a template edited while a process runs is seen at its next render."""
     from importlib import metadata
 
     jinja = metadata.version("jinja2")  # without importing Jinja, which a remembered source does not need
-    digest = hashlib.sha256(f"{name}\0jinja2 {jinja}\0python {sys.version_info[:2]}\0".encode())
     folders = [Path(f) for f in (user_templates, template_dir) if f] + [templates_dir()]
     files = [(str(i), p) for i, folder in enumerate(folders) for p in _files(folder, "*")]
     files += [("autotune", p) for p in _files(_PACKAGE, "*.py")]
@@ -79,11 +78,30 @@ def render_inputs_hash(name: str, template_dir: str, user_templates: str, family
     if len(files) > MAX_FILES:
         return None
     try:
+        stamps = tuple((label, str(path), *_stamp(path)) for label, path in files)
+    except OSError:
+        return None
+    key = (name, jinja, stamps)
+    if key in _hashed:
+        return _hashed[key]
+    digest = hashlib.sha256(f"{name}\0jinja2 {jinja}\0python {sys.version_info[:2]}\0".encode())
+    try:
         for label, path in files:
             digest.update(f"{label}\0{path}\0".encode() + path.read_bytes() + b"\0")
     except OSError:
         return None
-    return digest.hexdigest()
+    if len(_hashed) >= 32:
+        _hashed.clear()
+    _hashed[key] = digest.hexdigest()
+    return _hashed[key]
+
+
+_hashed: dict[tuple, str] = {}
+
+
+def _stamp(path: Path) -> tuple[int, int]:
+    st = path.stat()
+    return st.st_mtime_ns, st.st_size
 
 
 def _files(folder: Path, pattern: str, recursive: bool = True) -> list[Path]:

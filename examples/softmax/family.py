@@ -39,6 +39,7 @@ from autotune.toolkit import (
     input_dtype,
     is_c_contiguous,
     is_host,
+    library_of,
     order_of,
     overlaps,
     producer_stream,
@@ -265,14 +266,14 @@ def _written_directly(x, y) -> bool:
 def softmax(x, axis: int = -1, *, out=None, stream=None):
     """``exp(x - x.max(axis, keepdims=True)) / sum(...)`` along the last axis of an array of any rank (NumPy
     semantics of that formula: NaN for a row holding NaN, +inf or only -inf), on the GPU. float32 and float64;
-    NumPy in, NumPy out; device arrays (Numba, CuPy, PyTorch CUDA) in, a Numba device array out (or ``out=``).
+    the result in the caller's array library (NumPy in, NumPy out; PyTorch, CuPy in: theirs; or ``out=``).
     ``stream``: the caller's stream (Numba, CuPy, PyTorch, cuda.core). Repeated calls on the same device arrays
     replay the first call's launches."""
     launch_stream = as_stream(stream)
-    replay = Replay(("softmax", axis), (x,), out, launch_stream)
+    library = library_of(x)
+    replay = Replay(("softmax", axis), (x,), out, launch_stream, library)
     if (replayed := replay.result()) is not None:
         return replayed
-    host = is_host(x)
     d = device_input(x, "x")
     dtype = input_dtype("softmax", "softmax", d)
     if d.ndim == 0:
@@ -292,7 +293,7 @@ def softmax(x, axis: int = -1, *, out=None, stream=None):
     if M * N:
         kernel = tuned_kernel("softmax", (M, N), dtype)
         replay.run(kernel.bind(d.reshape(M, N), out=result.reshape(M, N), stream=launch_stream), result)
-    return returned(result, host, out)
+    return returned(result, library, out)
 
 
 family = SoftmaxFamily()

@@ -9,8 +9,8 @@ import numpy as np
 
 from autotune import Case, FamilyArg, Kernel, KernelFamily, compare_close, unwritten
 from autotune.toolkit import (as_stream, configure, device_input, device_to_host, flat, follow, gpu_required,
-                              input_dtype, is_c_contiguous, is_host, producer_stream, result_array, returned,
-                              tuned_kernel)
+                              input_dtype, is_c_contiguous, is_host, library_of, producer_stream, result_array,
+                              returned, tuned_kernel)
 
 HERE = Path(__file__).resolve().parent
 
@@ -118,7 +118,7 @@ def layernorm(x, eps: float = 1e-5, *, out=None, stream=None):
     if rows * n:
         kernel = tuned_kernel("layernorm", (rows, n), dtype, eps=eps)
         kernel(d.reshape(rows, n), out=result.reshape(rows, n), stream=stream)
-    return returned(result, is_host(x), out)
+    return returned(result, library_of(x), out)
 
 
 family = LayerNormFamily()
