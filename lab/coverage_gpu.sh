@@ -13,8 +13,9 @@
 #   bash lab/coverage_gpu.sh fit                   fit the rules from the coverage matrices (CPU only; also local)
 #
 # CASE: f32 3xtf32 tf32 f16 bf16 f64 sum-all sum-0 sum-1 sum-m2 max-all max-0 max-1 max-m2, or 'matmul' / 'reduce'
-# for those groups. BUDGET_S (default 540) bounds the call's wall time: no new shape is claimed once it is near,
-# and a call that ends unfinished says so; call again (with autotune-out carried) to go on. SIMULATOR=1 runs the
+# for those groups. DEVICES (default: every GPU; e.g. 1,2,3) are the GPUs the coverage phases use. BUDGET_S
+# (default 540) bounds the call's wall time: no new shape is claimed once it is near, and a call that ends
+# unfinished says so; call again (with autotune-out carried) to go on. SIMULATOR=1 runs the
 # coverage phases in Numba's CUDA simulator on the families' tiny shapes (a dry run of this script, on a CPU).
 # Everything written is packed into $OUT/issue58.tgz (tuned_db/, benchmarks/coverage/, benchmarks/*held-out*,
 # autotune-out/studies/) with the log in $OUT/issue58.log; unpack it in the checkout (tar xzf) and commit.
@@ -36,7 +37,7 @@ export PYTHONPATH="$PWD/.site:$PWD"
 export NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0
 [ -n "${SIMULATOR:-}" ] && export NUMBA_ENABLE_CUDASIM=1
 gpus=$(python3 -c "from numba import cuda; print(len(cuda.gpus))")
-devices=$(seq -s, 0 $((gpus - 1)))
+devices=${DEVICES:-$(seq -s, 0 $((gpus - 1)))}
 slug=$(python3 -c "from autotune.core.device import current_device; print(current_device().slug)")
 at() { python3 -m autotune "$@"; }
 left() { echo $((BUDGET_S - ($(date +%s) - start))); }
