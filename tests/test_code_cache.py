@@ -96,6 +96,20 @@ def test_the_numba_adapter_holds_for_this_numba_cuda(packing_and_adapter):
     assert out["debug_refused"] and out["link_refused"]
 
 
+def test_a_cubin_is_read_as_numba_cuda_hands_it_bytes_or_a_cuda_core_object_code(real):
+    """numba-cuda's ``get_cubin`` gives bytes where it links with its own linker and a cuda.core ``ObjectCode``
+    where it links through cuda.core (on a GPU); the adapter takes the same cubin from either, and refuses one
+    held as a file path instead of guessing."""
+    from cuda.core import ObjectCode
+
+    from autotune.runtime.numba_kernels import cubin_bytes
+
+    assert cubin_bytes(real.code) == real.code and cubin_bytes(memoryview(real.code)) == real.code
+    assert cubin_bytes(ObjectCode.from_cubin(real.code)) == real.code
+    with pytest.raises(AttributeError, match="not in memory"):
+        cubin_bytes(ObjectCode.from_cubin("/nonexistent/kernel.cubin"))
+
+
 # -- the store, in this process -------------------------------------------------------------------------------
 @pytest.fixture
 def real(ahead):

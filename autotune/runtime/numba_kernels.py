@@ -51,9 +51,20 @@ def compiled_code(dispatcher, argtypes: tuple) -> tuple[str, bytes] | None:
         if (kernel.cooperative or kernel.debug or getattr(kernel, "shared_memory_carveout", None) is not None
                 or library._linking_files or library._setup_functions or library.needs_cudadevrt):
             return None
-        return str(kernel.entry_name), bytes(library.get_cubin())
+        return str(kernel.entry_name), cubin_bytes(library.get_cubin())
     except AttributeError:
         return None
+
+
+def cubin_bytes(cubin) -> bytes:
+    """The bytes of a cubin as numba-cuda's ``get_cubin`` hands it: bytes where Numba links with its own linker,
+    a cuda.core ``ObjectCode`` (whose ``code`` holds them) where it links through cuda.core, as on a GPU."""
+    if isinstance(cubin, (bytes, bytearray, memoryview)):
+        return bytes(cubin)
+    code = cubin.code
+    if not isinstance(code, (bytes, bytearray, memoryview)):
+        raise AttributeError(f"a cubin held as {type(code).__name__}, not in memory")
+    return bytes(code)
 
 
 def compiled_for_launch(configured, args: tuple):
