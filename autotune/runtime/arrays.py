@@ -124,6 +124,25 @@ def permuted(d, axes: tuple[int, ...]):
                                           sync=False)
 
 
+def indexed(d, index: tuple[int, ...]):
+    """``d[index]``, ``index`` integers (non-negative, in range) for the leading axes of the device array ``d``: a
+    view of the same memory with the remaining axes' shape and strides, made from the CUDA Array Interface.
+    numba-cuda's own indexing gives the sub-array of an array whose axes are permuted (a stack of transposed
+    matrices, ``A.transpose(0, 2, 1)``) C-contiguous strides, so it would read the wrong elements; the
+    simulator's arrays are NumPy's views."""
+    interface = getattr(d, "__cuda_array_interface__", None)
+    if not index:
+        return d
+    if interface is None:
+        return d[index]
+    offset = sum(i * s for i, s in zip(index, d.strides))
+    rest = len(index)
+    typestr = "bfloat16" if d.dtype == BFLOAT16 else interface["typestr"]  # as in permuted
+    view = dict(interface, data=(interface["data"][0] + offset, interface["data"][1]), shape=tuple(d.shape[rest:]),
+                strides=tuple(d.strides[rest:]), typestr=typestr)
+    return cuda.from_cuda_array_interface(view, owner=d, sync=False)
+
+
 def producer_stream(x: Any) -> int | None:
     """The stream a CUDA Array Interface array says its data are written on (its ``stream`` entry: 1 is the legacy
     default stream, 2 the per-thread one, else a handle), None where it names none.

@@ -7,6 +7,7 @@ import math
 import numpy as np
 
 from ...core.dtypes import HALF
+from ...runtime import arrays
 from ...runtime.calls import (
     Library,
     Replay,
@@ -102,4 +103,4 @@ def stacked(d, index: tuple[int, ...], batch: tuple[int, ...]):
     if lead == 0:
         return d
     own = tuple(0 if n == 1 else i for i, n in zip(index[len(batch) - lead:], d.shape[:lead]))
-    return d[own]
+    return arrays.indexed(d, own)
