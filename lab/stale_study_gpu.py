@@ -22,9 +22,9 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-WRONG = ("        s = ss[first]\n        cuda.syncthreads()", "        s = ss[first] * 2\n        cuda.syncthreads()")
-BROKEN = ("        cuda.syncthreads()\n        if row < M:", "        cuda.syncthreads()\n        this is not Python\n"
-          "        if row < M:")
+# Every row's scale 1 / sum (each line that computes it): doubled, or followed by a line that is not Python.
+WRONG = ("    r = {{ dtype }}(1) / s\n", "    r = {{ dtype }}(2) / s\n")
+BROKEN = ("    r = {{ dtype }}(1) / s\n", "    r = {{ dtype }}(1) / s\n    this is not Python\n")
 LOOKUP = """
 import json, sys, warnings
 import autotune
@@ -75,7 +75,7 @@ def main() -> int:
     written = files[0].read_bytes()
     check(b"source_hash: " in written, "the entry records the hash of the source it measured")
     for name, (old, new) in (("a wrong result", WRONG), ("no longer compiling", BROKEN)):
-        assert original.count(old) == 1, f"the template changed: {old!r} is not in it once"
+        assert original.count(old) >= 1, f"the template changed: {old!r} is not in it"
         template.write_text(original.replace(old, new))
         again = run(tune, opts.simulator)
         out = again.stdout + again.stderr
