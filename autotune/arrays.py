@@ -16,7 +16,12 @@ def is_host(x: Any) -> bool:
 
 
 def host_to_device(x: np.ndarray):
-    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer)."""
+    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer); an
+    array whose elements fill one block of memory in another axis order (a stack of transposed matrices,
+    ``x.swapaxes(-1, -2)`` of a C-contiguous one) travels as that block and arrives as the same view of it."""
+    order = dense_order(x)
+    if order is not None:
+        return strided(host_to_device(np.ascontiguousarray(x.transpose(order))), x.shape, x.strides)
     if x.dtype == BFLOAT16:
         return retyped(cuda.to_device(x.view(np.uint16)), BFLOAT16)
     return cuda.to_device(x)
@@ -49,9 +54,10 @@ def to_device(x: Any, name: str):
 
     NumPy and device arrays follow one rule: the kernel checks the layout it needs (C-contiguous, or for a
     matmul built with a transposed layout, F-contiguous) and names the copy to make otherwise; nothing is
-    copied into another layout behind the caller's back."""
+    copied into another layout behind the caller's back. (A NumPy array filling one block of memory in another
+    axis order, such as a stack of transposed matrices, arrives in that same order.)"""
     if isinstance(x, np.ndarray):
-        if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        if not (x.flags.c_contiguous or x.flags.f_contiguous or dense_order(x)):
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
         return host_to_device(x)
     if cuda.devicearray.is_cuda_ndarray(x):
@@ -116,6 +122,40 @@ def flat(d, order: str = "C"):
     """A 1-D view of a C-contiguous (``order="C"``) or F-contiguous (``"F"``) device array: its elements in memory
     order, never a copy (a device array's ``.T`` is a transposing copy by Numba's own kernel, not a view)."""
     return d.reshape(d.size, order=order)
+
+
+def dense_order(x: np.ndarray) -> tuple[int, ...] | None:
+    """The axis order in which a NumPy array that is neither C- nor F-contiguous fills one block of memory
+    (``x.transpose(order)`` is C-contiguous), None where it is contiguous already or has gaps or negative
+    strides."""
+    if x.flags.c_contiguous or x.flags.f_contiguous or min(x.strides, default=0) < 0:
+        return None
+    order = tuple(sorted(range(x.ndim), key=lambda axis: -x.strides[axis]))
+    return order if x.transpose(order).flags.c_contiguous else None
+
+
+def strided(d, shape: tuple[int, ...], strides: tuple[int, ...]):
+    """A view of the device array ``d``'s memory from its first element with this shape and these byte strides
+    (the caller keeps it inside ``d``): Numba makes no such views of its own arrays (its transposes copy)."""
+    found = getattr(d, "__cuda_array_interface__", None)
+    if found is None:  # the simulator's arrays wrap NumPy arrays (its retyped ones are NumPy arrays)
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        view = np.lib.stride_tricks.as_strided(getattr(d, "_ary", d), tuple(shape), tuple(strides))
+        return FakeCUDAArray(view) if hasattr(d, "_ary") else view
+    typestr = d.dtype.name if d.dtype == BFLOAT16 else found["typestr"]  # see dtypes.retyped
+    return cuda.from_cuda_array_interface(dict(found, shape=tuple(shape), strides=tuple(strides), typestr=typestr),
+                                          owner=d, sync=False)
+
+
+def span(d):
+    """A 1-D view of a device array's memory from its first element to its last, every element between included:
+    ``flat(d)`` of a C-contiguous array, else a strided view's whole range (non-negative strides only)."""
+    if is_c_contiguous(d):
+        return flat(d)
+    itemsize = d.dtype.itemsize
+    count = 1 + sum((n - 1) * s for n, s in zip(d.shape, d.strides)) // itemsize if d.size else 0
+    return strided(d, (count,), (itemsize,))
 
 
 def aligned(d, width: int) -> bool:

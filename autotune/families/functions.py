@@ -28,6 +28,8 @@ from .. import arrays, result_pool, streams
 from ..dtypes import HALF, kernel_view
 from ..launch import Plan, Written
 from ..streams import as_stream, stream_key
+from . import matmul_batch as batching
+from .matmul_kernel import INT32_MAX
 from .matmul import family as matmul_family
 from .reduce import result_dtype, result_shape
 
@@ -120,14 +122,72 @@ def _matmul(A, B, out, stream, host: bool, precision: str = "ieee", requested=No
     if math.prod(batch) and M and N and not K:
         _zero(c3, launch_stream)
     elif math.prod(batch) and M and N:
-        plans = []
-        for index in np.ndindex(*batch):
-            a, b = _stacked(a2, index, batch), _stacked(b2, index, batch)
-            kernel = _kernel("matmul", (M, N, K), dtype, layout=_layout(a, "A") + _layout(b, "B"),
-                             precision=precision, out_dtype=args["out_dtype"])
-            plans.append(kernel.bind(a, b, out=c3[index] if index else c3, stream=launch_stream))
+        kernel_args = {"precision": precision, "out_dtype": args["out_dtype"]}
+        plans = _stack_plans(a2, b2, c3, batch, dtype, kernel_args, launch_stream)
         replay.run(Plan.joined(plans, result), result)
     return _returned(result, host, out, scalar=shape == ())
+
+
+def _stack_plans(a2, b2, c3, batch: tuple[int, ...], dtype: str, kernel_args: dict, stream) -> list[Plan]:
+    """The launches of ``c3 = a2 @ b2`` over the stack ``batch`` (NumPy's broadcasting), fewest first:
+
+    - one matrix: the kernel tuned for it;
+    - a C-contiguous stack times one matrix: one product of all the stack's rows ((B*M, K) @ (K, N), a single
+      problem whose tiles span the matrices), where its indices stay 32-bit;
+    - else one batched launch (problem B x M x N x K, matmul_batch.py) for every index of the leading batch
+      dimensions whose trailing ones collapse to two levels of strides: one launch for stacks of one batch
+      dimension each, broadcast or not, and for any stack that collapses so;
+    - where an operand's matrices are in neither layout or a stride is negative, the matrices one by one (the
+      unbatched kernel, as NumPy's semantics ask: each matrix checked on its own)."""
+    M, K = tuple(a2.shape)[-2:]
+    N = tuple(b2.shape)[-1]
+    if not batch:
+        return [_kernel("matmul", (M, N, K), dtype, layout=_layout(a2, "A") + _layout(b2, "B"),
+                        **kernel_args).bind(a2, b2, out=c3, stream=stream)]
+    rows = math.prod(batch) * M
+    if math.prod(tuple(b2.shape)[:-2]) == 1 and tuple(a2.shape[:-2]) == batch and arrays.is_c_contiguous(a2) and \
+            rows * K <= INT32_MAX and rows * N <= INT32_MAX:
+        b = b2 if b2.ndim == 2 else b2[(0,) * (b2.ndim - 2)]
+        return _stack_plans(a2.reshape(rows, K), b, c3.reshape(rows, N), (), dtype, kernel_args, stream)
+    split = _stack_split(a2, b2, batch)
+    if split is None:
+        return [_stack_plans(_stacked(a2, index, batch), _stacked(b2, index, batch), c3[index], (), dtype,
+                             kernel_args, stream)[0] for index in np.ndindex(*batch)]
+    layout = "".join(batching.matrix_order(tuple(x.shape)[-2:], batching.element_strides(x)[-2:])
+                     for x in (a2, b2))
+    kernel = _kernel("matmul", (math.prod(batch[split:]), M, N, K), dtype, layout=layout, **kernel_args)
+    return [kernel.bind(_leading(a2, index, batch), _leading(b2, index, batch), c3[index] if index else c3,
+                        stream=stream) for index in np.ndindex(*batch[:split])]
+
+
+def _stack_split(a2, b2, batch: tuple[int, ...]) -> int | None:
+    """How many leading batch dimensions to launch one by one so that the rest collapse to two levels of strides
+    (matmul_batch.collapse), the fewest; None where a batched kernel cannot read the operands (a matrix in
+    neither layout, a negative stride) or only single matrices remain."""
+    strides = []
+    for x in (a2, b2):
+        steps = batching.element_strides(x)
+        if batching.matrix_order(tuple(x.shape)[-2:], steps[-2:]) is None or any(s < 0 for s in steps):
+            return None
+        lead = len(batch) - (x.ndim - 2)
+        strides.append((0,) * lead + tuple(0 if n == 1 else s for n, s in zip(tuple(x.shape)[:-2], steps[:-2])))
+    M, N = tuple(a2.shape)[-2], tuple(b2.shape)[-1]
+    c_steps = tuple(math.prod(batch[i + 1:]) * M * N for i in range(len(batch)))
+    for split in range(len(batch)):
+        rest = [tuple(s[split:]) for s in (*strides, c_steps)]
+        if len(batching.collapse(batch[split:], rest)) <= 2:
+            return split
+    return None
+
+
+def _leading(d, index: tuple[int, ...], batch: tuple[int, ...]):
+    """The sub-stack of ``d`` at the leading batch ``index`` (its own leading dimensions aligned to the end of
+    ``batch``; those it lacks or has of one are broadcast)."""
+    lead = d.ndim - 2 - (len(batch) - len(index))
+    if lead <= 0:
+        return d
+    own = tuple(0 if n == 1 else i for i, n in zip(index[len(index) - lead:], tuple(d.shape)[:lead]))
+    return d[own]
 
 
 # -- reductions -----------------------------------------------------------------------------------

@@ -9,11 +9,17 @@ with TF32 enabled). float16 is NumPy's: products and sums in float32, the result
 ``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
 in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. bfloat16
 (ml_dtypes', see autotune/dtypes.py) is float16's twin: the same kernels on bf16 products, its tiles holding bits.
-Five templates
+Six templates
 render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
 the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
 float32 at the tf32 precisions, fp16 for float16, bf16 for bfloat16); with ``WGMMA`` on Hopper, the warpgroup
-kernels (float16, bfloat16, and float32 at the tf32 precisions).
+kernels (float16, bfloat16, and float32 at the tf32 precisions); and for skinny problems (M or N at most 16,
+family argument ``skinny``) the matrix-vector kernel (``GEMV`` 1, autotune/families/matmul_gemv.py).
+
+A problem of shape B x M x N x K is a stack of B products in one launch (family argument ``batch`` "strided",
+which the shape sets; autotune/families/matmul_batch.py). Every template renders it but the TMA-fed and the
+rounded-copy wgmma kernels; its kernel takes each operand as a stack (B, M, K) or as one matrix (M, K) that every
+product reads (broadcast), and writes C as a (B, M, N) stack.
 """
 from __future__ import annotations
 
@@ -26,6 +32,7 @@ from ..dtypes import HALF, numpy_dtype, retyped, storage
 from ..family import Case, FamilyArg, KernelFamily
 from ..oracle import compare_exact, compare_norm, relative_error, unwritten
 from ..resources import resource_dir, templates_dir
+from . import matmul_gemv as gemv
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
@@ -39,6 +46,11 @@ ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures
 # -- geometry of a configuration --------------------------------------------------------------------
 def is_tiled(p: Mapping[str, Any]) -> bool:
     return p.get("strategy", "tiled") == "tiled"
+
+
+def dims(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """(B, M, N, K) of a problem shape: B x M x N x K, or M x N x K (one matrix: B = 1)."""
+    return tuple(shape) if len(shape) == 4 else (1, *shape)
 
 
 def is_wgmma(p: Mapping[str, Any]) -> bool:
@@ -66,6 +78,8 @@ def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
 
 
 def matmul_threads(p: Mapping[str, Any]) -> int:
+    if gemv.is_gemv(p):
+        return p["BLOCK"]
     if not is_tiled(p):
         return 256
     if is_wgmma(p):
@@ -74,6 +88,8 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 
 
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+    if gemv.is_gemv(p):
+        return 0
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
     if is_wgmma(p):
@@ -150,11 +166,24 @@ def split_add(params: Mapping[str, Any]) -> str | None:
     return params.get("SPLIT_ADD", "atomic")
 
 
-def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
+BATCH_ARGS = ("inner", "a_outer", "a_inner", "b_outer", "b_inner", "c_step")  # templates/_batch.j2
+
+
+def kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None = None,
+                dtype: str | None = None) -> tuple[str, ...]:
     """The arguments a variant's kernel takes: only those it uses. The seeds take the operands and their shape;
     tiled variants the K chunk of a slice too, the workspace and tile counters where the last block sums the K
-    slices, and the flags that say whether each operand's vectors are aligned where they are read."""
+    slices, and the flags that say whether each operand's vectors are aligned where they are read; the gemv kernel
+    likewise (``args``, the family arguments, say its form and ``dtype`` its workspace). A batched kernel (``args``
+    batch "strided") takes the stack's geometry last (BATCH_ARGS)."""
+    batched = bool(args and args.get("batch"))
+    return _kernel_args(params, args, dtype) + (BATCH_ARGS if batched else ())
+
+
+def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtype: str | None) -> tuple[str, ...]:
     names = ["A", "B", "C"]
+    if gemv.is_gemv(params):
+        return gemv_args(params, args, dtype)
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
     if is_tma(params):  # the tensor maps of A and B (the simulator reads A and B themselves)
@@ -172,6 +201,19 @@ def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
         names += ["vec_a", "vec_b"] if vec > 1 else []
         vc = _vector_width(vec, 2 if mma else params["TN"])
         names += ["vec_c"] if vc > 1 and split_add(params) != "atomic" else []
+    return tuple(names)
+
+
+def gemv_args(params: Mapping[str, Any], args: Mapping[str, Any], dtype: str) -> tuple[str, ...]:
+    """The gemv kernel's arguments: the float32 workspace W in C's place where K slices meet there; the vectors'
+    alignment flag only where they are read VEC at a time (rows form, K-major vectors)."""
+    out = MatmulFamily.out_dtype_of(dtype, args)
+    names = ["A", "B", "W" if gemv.workspace(params, out) else "C", "M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]
+    if params["VEC"] > 1:
+        side = args["skinny"]
+        matrix, vectors = ("vec_a", "vec_b") if side == "n" else ("vec_b", "vec_a")
+        rows_kmajor = gemv.form(args) == "rows" and gemv.vectors_k_major(args)
+        names += sorted([matrix] + ([vectors] if rows_kmajor else []))
     return tuple(names)
 
 
@@ -324,7 +366,27 @@ def _split_add_fits(p, ctx):
     return None
 
 
+def _batch_fits(p, ctx):
+    """A batched problem's kernels index each operand's matrices from one flat array: not those fed by tensor maps
+    of one matrix (TMA 1), nor those multiplying copies of one matrix rounded first (tf32 wgmma on copies).
+    Two rules (TMA alone, then the copies), so that a tuner is not offered TMA 1 at all (SearchSpace.for_dtype)."""
+    if ctx.family.get("batch") and p.get("TMA"):
+        return ("TMA=1 copies tiles through 2-D tensor maps of one matrix: a batched problem (B x M x N x K) takes "
+                "TMA 0 (every thread copies with cp.async)")
+    return None
+
+
+def _batch_copies_fit(p, ctx):
+    if ctx.family.get("batch") and reads_rounded_copies(p):
+        return ("WGMMA=1 with ASYNC_STAGES > 0 at tf32 multiplies copies of one matrix rounded first: a batched "
+                "problem takes ASYNC_STAGES 0 (rounded on the way through registers) or mma.sync")
+    return None
+
+
 PREDICATES = {
+    "batch_fits": Predicate(_batch_fits, frozenset({"TMA"})),
+    "batch_copies_fit": Predicate(_batch_copies_fit, frozenset({"WGMMA"})),
+    "gemv_fits": Predicate(gemv.fits, frozenset({"BLOCK", "KT", "TL", "TS", "VEC", "UNROLL_K"})),
     "tile_loads_even": Predicate(_tile_loads_even, frozenset({"BM", "BN", "BK", "TM", "TN", "VEC"})),
     "warp_grid_fits": Predicate(_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
@@ -347,7 +409,13 @@ class MatmulFamily(KernelFamily):
                       implicit=True),
             FamilyArg("out_dtype", (None, "float32"), None, "the result's dtype: input (the operands') or float32 "
                       "(float16 or bfloat16 operands: the float32 sums, not rounded)", none_means="input",
-                      implicit=True))
+                      implicit=True),
+            FamilyArg("batch", (None, "strided"), None, "a stack of B products in one launch, each operand a stack "
+                      "or one matrix read by every product: set by a B x M x N x K shape (give it only to render or "
+                      "build such a kernel without a shape)", none_means="none", implicit=True),
+            FamilyArg("skinny", (None, "m", "n"), None, f"which side of C is at most {gemv.SKINNY} (where the gemv "
+                      f"kernel applies, GEMV 1): set by the shape, n where N is (N <= M), else m (give it only to "
+                      f"render or build such a kernel without a shape)", none_means="none", implicit=True))
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}
     suite = ("1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -360,9 +428,28 @@ class MatmulFamily(KernelFamily):
         self.space_file = resource_dir("search_spaces") / "matmul.yaml"
         self.template_dir = templates_dir()
 
+    def canonical_args(self, shape, args) -> dict[str, Any]:
+        """``batch`` and ``skinny`` as the shape sets them (ValueError where they were given otherwise): a problem
+        has one key, and its family arguments say which kernels apply to it."""
+        if len(shape) not in (3, 4):
+            return dict(args)  # check_shape says why
+        _, M, N, _ = dims(shape)
+        derived = {"batch": "strided" if len(shape) == 4 else None, "skinny": gemv.skinny_side(M, N)}
+        for name, value in derived.items():
+            if args[name] not in (None, value):
+                what = "x".join(map(str, shape))
+                raise ValueError(f"matmul {name} {args[name]} does not fit the shape {what} (it sets {name} "
+                                 f"{value or 'none'})")
+        return {**args, **derived}
+
     def check_shape(self, shape, args) -> None:
-        if len(shape) != 3:
-            raise ValueError(f"a matmul shape is M x N x K, got {'x'.join(map(str, shape))}")
+        if len(shape) not in (3, 4):
+            raise ValueError(f"a matmul shape is M x N x K, or B x M x N x K for a stack of B products, got "
+                             f"{'x'.join(map(str, shape))}")
+
+    def key_tag(self, args) -> str:
+        """The arguments as a key segment, those the shape sets (batch, skinny) left out: the shape says them."""
+        return super().key_tag({**args, "batch": None, "skinny": None})
 
     def check_dtype(self, dtype, args) -> None:
         if args["precision"] != "ieee" and dtype != "float32":
@@ -379,8 +466,8 @@ class MatmulFamily(KernelFamily):
         return args.get("out_dtype") or dtype
 
     def work(self, problem) -> float:
-        M, N, K = problem.shape
-        return 2.0 * M * N * K
+        B, M, N, K = dims(problem.shape)
+        return 2.0 * B * M * N * K
 
     def peak(self, device, dtype: str) -> float | None:
         return device.peak_tflops(dtype)
@@ -393,13 +480,15 @@ class MatmulFamily(KernelFamily):
         return self.peak(device, "float16" if problem.dtype in HALF else problem.dtype)
 
     def out_shape(self, problem) -> tuple[int, ...]:
-        return problem.shape[0], problem.shape[1]
+        return tuple(problem.shape[:-1])
 
     def templates(self) -> list[str]:
         return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2",
-                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2"]
+                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2", "_batch.j2", "matmul_gemv.py.j2"]
 
     def template(self, params) -> str:
+        if gemv.is_gemv(params):
+            return "matmul_gemv.py.j2"
         if not is_tiled(params):
             return "matmul_seed.py.j2"
         if is_wgmma(params):
@@ -419,8 +508,11 @@ class MatmulFamily(KernelFamily):
                                "OUT_BF16": out == "bfloat16",
                                "SIM": simulator, "TRANS_A": layout[0] == "t",
                                "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
-                               "ARGS": kernel_args(params),
+                               "ARGS": kernel_args(params, args, dtype), "BATCH": bool(args.get("batch")),
                                "description": f"matmul {layout} {dtype} {dict(params)}"}
+        if gemv.is_gemv(params):
+            ctx.update(gemv.template_context(params, args), WORKSPACE=gemv.workspace(params, out))
+            return ctx
         if not is_tiled(params):
             return ctx
         threads = matmul_threads(params)
@@ -481,17 +573,20 @@ class MatmulFamily(KernelFamily):
     def inputs(self, problem, rng, purpose):
         """A and B as the layout stores them. Check data are integers in [-2, 2] (never all zero): every sum of
         K products of |a*b| <= 4 is exact in float32 while 4K < 2**24, so a result is right to the last bit or
-        wrong. Timing data are standard normal (never zeros, which can run faster)."""
-        M, N, K = problem.shape
+        wrong. Timing data are standard normal (never zeros, which can run faster). A batched problem's are stacks
+        (B, M, K) and (B, K, N), each matrix stored as the layout says (a transposed one as ``x.swapaxes(-1, -2)``
+        of a C-contiguous stack)."""
+        _, M, N, K = dims(problem.shape)
+        stack = tuple(problem.shape[:-3])
         layout = problem.family["layout"]
         arrays = []
         for shape, transposed in (((M, K), layout[0] == "t"), ((K, N), layout[1] == "t")):
             if purpose == "check":
-                x = rng.integers(-2, 3, size=shape, dtype=np.int8).astype(problem.dtype)
-                x.flat[0] = 1
+                x = rng.integers(-2, 3, size=stack + shape, dtype=np.int8).astype(problem.dtype)
+                x[..., 0, 0] = 1
             else:
-                x = rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype)
-            arrays.append(np.asfortranarray(x) if transposed else x)
+                x = rng.standard_normal(stack + shape, dtype=np.float32).astype(problem.dtype)
+            arrays.append(np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2) if transposed else x)
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
@@ -499,24 +594,32 @@ class MatmulFamily(KernelFamily):
         bfloat16's results are the exact sums rounded to their dtype, checked over ``error_rows``) and, at a
         rounded precision and for 16-bit operands, standard normal data whose error must stay within twice the
         error of the reference on
-        the same data (``error_bound``)."""
-        M, N, K = problem.shape
-        A, B = (a.astype(np.float64) for a in inputs)
+        the same data (``error_bound``). A batched problem has a second integer case: the same stack of A times
+        B's first matrix alone, which every product reads (a broadcast operand: stride 0)."""
         precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.family["precision"]
         out_dtype = self.out_dtype(problem)
-        if out_dtype in HALF:
-            rows = error_rows(problem.shape)
-            cases = [Case(tuple(inputs), (A[rows] @ B).astype(out_dtype).astype(np.float64), "exact rows")]
-        else:
-            cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        cases = [self._exact_case(problem, tuple(inputs))]
+        if len(problem.shape) == 4:
+            cases.append(self._exact_case(problem, (inputs[0], inputs[1][0]), ", B broadcast"))
         if precision != "ieee":
             data = tuple(self.inputs(problem, rng, "time"))
             rows = error_rows(problem.shape)
             A, B = (a.astype(np.float64) for a in data)
-            expected = A[rows] @ B
+            expected = A[..., rows, :] @ B
             cases.append(Case(data, expected, "error rows",
-                              error_bound(precision, data[0][rows], data[1], expected, out_dtype)))
+                              error_bound(precision, data[0][..., rows, :], data[1], expected, out_dtype)))
         return cases
+
+    def _exact_case(self, problem, inputs: tuple, what: str = "") -> Case:
+        """The integer data's case: their exact product, where C is float16 or bfloat16 its ``error_rows``
+        rounded to that dtype; none past EXACT_LIMIT (verify runs Freivalds' test)."""
+        B, M, N, K = dims(problem.shape)
+        A, Bm = (a.astype(np.float64) for a in inputs)
+        out_dtype = self.out_dtype(problem)
+        if out_dtype in HALF:
+            rows = error_rows(problem.shape)
+            return Case(inputs, (A[..., rows, :] @ Bm).astype(out_dtype).astype(np.float64), "exact rows" + what)
+        return Case(inputs, A @ Bm if B * M * N * K <= EXACT_LIMIT else None, "elements" + what)
 
     def verify(self, problem, case, got, rng) -> str | None:
         """Exact on integer data: small problems elementwise, large ones by Freivalds' test; within the case's
@@ -530,21 +633,26 @@ class MatmulFamily(KernelFamily):
         if problem_text:
             return problem_text
         C = got.astype(np.float64)
+        rows = error_rows(problem.shape)
         if case.tolerance is not None:
             precision = problem.dtype if problem.dtype in HALF else problem.family["precision"]
-            return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
-                                what=f"{precision} results")
-        if case.what == "exact rows":
-            return compare_exact(C[error_rows(problem.shape)], case.expected, what="rows of C")
+            return compare_norm(C[..., rows, :], case.expected, case.tolerance, what=f"{precision} results")
+        broadcast = case.what.endswith("B broadcast")
+        if case.what.startswith("exact rows"):
+            return compare_exact(C[..., rows, :], case.expected,
+                                 what="rows of C" + (" (B broadcast)" if broadcast else ""))
         if case.expected is not None:
-            return compare_exact(C, case.expected)
+            return compare_exact(C, case.expected, **({"what": "elements (B broadcast)"} if broadcast else {}))
         A, B = case.inputs64
-        M, N, _ = problem.shape
+        _, M, N, _ = dims(problem.shape)
         for _ in range(3):
             v = rng.integers(-1000, 1001, size=(N, 1)).astype(np.float64)
             problem_text = compare_exact(C @ v, A @ (B @ v), what="C @ v (Freivalds' test)")
             if problem_text:
                 return problem_text
+        if C.ndim == 3:  # the sampled elements of one matrix of the stack
+            z = int(rng.integers(0, C.shape[0]))
+            C, A, B = C[z], A[z], B[z] if B.ndim == 3 else B
         rows, cols = rng.integers(0, M, size=32), rng.integers(0, N, size=16)
         return compare_exact(C[np.ix_(rows, cols)], A[rows] @ B[:, cols], what="sampled elements")
 
@@ -552,7 +660,7 @@ class MatmulFamily(KernelFamily):
         """Relative (Frobenius) error of ``error_rows`` of C against the float64 product of the same operands."""
         rows = error_rows(problem.shape)
         A, B = (np.asarray(a, np.float64) for a in inputs)
-        return relative_error(np.asarray(result, np.float64)[rows], A[rows] @ B)
+        return relative_error(np.asarray(result, np.float64)[..., rows, :], A[..., rows, :] @ B)
 
     # -- search -------------------------------------------------------------------------------------
     def seeds(self):
@@ -561,14 +669,22 @@ class MatmulFamily(KernelFamily):
     def default_params(self, problem) -> dict[str, Any]:
         """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
         at a TF32 precision, the tensor-core configuration that won 4096^3 at both TF32 precisions on the H100
-        (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
+        (smaller tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async. A
+        skinny problem takes the gemv kernel (matmul_gemv.defaults), which reads the matrix once where a tile of
+        C would be mostly empty."""
+        _, M, N, _ = dims(problem.shape)
+        if problem.family["skinny"]:
+            from ..space import load_space
+
+            splits = load_space("matmul").params["SPLIT_K"].values
+            return gemv.defaults(dims(problem.shape), problem.dtype, problem.family, splits)
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
         if problem.family["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
         if problem.dtype in HALF:
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
                           VEC=4, ASYNC_STAGES=3)
-        if max(problem.shape[:2]) < 1024:
+        if max(M, N) < 1024:
             params.update(BM=64, BN=64, BK=16, TM=4, TN=4)
         return params
 
@@ -582,13 +698,17 @@ class MatmulFamily(KernelFamily):
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
         tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
         tried with ``EDGE: clamp`` first: the 1024^3 winner took 0.063 ms on 1000^3 clamped and 0.082 ms not on
-        the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped."""
+        the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped. A gemv start is split over K
+        to fill the GPU likewise (matmul_gemv.starts); a batched problem's blocks count every matrix's."""
+        if gemv.is_gemv(start):
+            return gemv.starts(start, dims(problem.shape), problem.family, device.sm_count,
+                               space.params["SPLIT_K"].values)
         if not is_tiled(start):
             return []
-        M, N, _ = problem.shape
+        _, M, N, _ = dims(problem.shape)
         given = start.get("SPLIT_K", 1)
         splits = [given] if given > 1 else \
-            _filling_splits(start, problem.shape, device.sm_count, space.params["SPLIT_K"].values) + [1]
+            _filling_splits(start, dims(problem.shape), device.sm_count, space.params["SPLIT_K"].values) + [1]
         forms: list[dict[str, Any]] = []
         for split in dict.fromkeys(splits):
             if split == 1:
@@ -634,9 +754,20 @@ class MatmulFamily(KernelFamily):
         return found
 
     def selftest_cases(self, small: bool):
+        """Odd shapes per dtype and layout; on the GPU also stacks (batch: every template that takes one, a stack
+        of 1 and one past a block of matrices) and skinny problems (the gemv kernel, both sides)."""
         shapes = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9), (257, 263, 129), (1000, 1000, 1000)]
-        return [(dtype, {"layout": layout}, shapes[1:4] if small else shapes)
-                for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
+        cases = [(dtype, {"layout": layout}, shapes[1:4] if small else shapes)
+                 for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
+        if small:
+            return cases
+        stacks = [(1, 37, 29, 41), (3, 37, 29, 41), (5, 130, 67, 9)]
+        skinny = {"n": [(37, 1, 41), (1000, 7, 1000), (3001, 16, 129)], "m": [(1, 37, 41), (7, 1000, 1000)]}
+        for dtype in self.dtypes:
+            for layout in ("nn", "tt"):  # both forms of the gemv kernel on each side; both transposes of a stack
+                cases.append((dtype, {"layout": layout, "batch": "strided"}, stacks))
+                cases += [(dtype, {"layout": layout, "skinny": side}, found) for side, found in skinny.items()]
+        return cases
 
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
@@ -648,22 +779,22 @@ class MatmulFamily(KernelFamily):
 
     def bench_name(self, problem) -> str:
         layout, precision, out = (problem.family[a] for a in ("layout", "precision", "out_dtype"))
-        return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
+        return "matmul" + ("-batched" if problem.family["batch"] else "") + ("" if layout == "nn" else f"-{layout}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
             ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
     """The smallest K splits (1 included) that give 90% of one and of two waves of blocks, each split keeping two
-    K tiles.
+    K tiles (``shape``: B x M x N x K, the blocks of every matrix counted).
 
     A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
     barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3 on the H100, where
     whole waves would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles
     of 2048^3, 128 blocks, won unsplit on the H100). For their tiles, this rule proposes the split of 16 of the 17
     split-K entries in the H100 and H200 databases (none of which splits 8), and 1 for all 20 unsplit ones."""
-    M, N, K = shape
-    blocks = -(-M // start["BM"]) * -(-N // start["BN"])
+    batch, M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"]) * batch
     found: list[int] = []
     for waves in (0.9, 1.8):
         split = next((s for s in splits if blocks * s >= waves * sm_count), None)
@@ -674,9 +805,9 @@ def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: 
 
 def error_rows(shape: tuple[int, ...]) -> np.ndarray:
     """The rows of C whose error a rounded precision's check measures: all, or up to ERROR_ROWS (fewer where N*K
-    is large, to bound the reference's cost) spread over M."""
-    M, N, K = shape
-    count = min(M, max(8, min(ERROR_ROWS, (1 << 31) // (N * K))))
+    is large, to bound the reference's cost) spread over M; of every matrix of a stack."""
+    B, M, N, K = dims(shape)
+    count = min(M, max(8, min(ERROR_ROWS, (1 << 31) // (B * N * K))))
     return np.unique(np.linspace(0, M - 1, count).astype(np.int64))
 
 
@@ -692,10 +823,11 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """A @ B (float32) as an ieee kernel without split-K computes it: each element one chain of fp32 FMAs over k
     in order. The product of two float32 is exact in float64, so a float64 add rounded to float32 is the FMA
-    (but for rare double roundings)."""
-    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
-    for k in range(A.shape[1]):
-        acc = (acc + np.outer(A[:, k].astype(np.float64), B[k].astype(np.float64))).astype(np.float32)
+    (but for rare double roundings). Stacks broadcast as np.matmul's."""
+    A, B = (np.asarray(x, np.float64) for x in (A, B))
+    acc = np.zeros(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1]), np.float32)
+    for k in range(A.shape[-1]):
+        acc = (acc + A[..., :, k:k + 1] * B[..., k:k + 1, :]).astype(np.float32)
     return acc
 
 
@@ -705,9 +837,9 @@ def tensor_core_chain(A: np.ndarray, B: np.ndarray, step: int = 16) -> np.ndarra
     1000^3 (standard normal, 64 rows) its relative error is 1.58e-6, the fp32 FMA chain's 0.56e-6; the H100's wgmma
     kernels measured 1.23e-6 (lab/wgmma_check.py)."""
     A, B = (np.asarray(x, np.float64) for x in (A, B))
-    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
-    for k in range(0, A.shape[1], step):
-        exact = acc + A[:, k:k + step] @ B[k:k + step]
+    acc = np.zeros(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1]), np.float32)
+    for k in range(0, A.shape[-1], step):
+        exact = acc + A[..., k:k + step] @ B[..., k:k + step, :]
         acc = exact.astype(np.float32)
         away = np.abs(acc) > np.abs(exact)  # rounded away from zero: one step back towards it
         acc[away] = np.nextafter(acc[away], np.float32(0))
