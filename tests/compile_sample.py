@@ -11,8 +11,10 @@ from autotune.compiler import resource_report
 from autotune.space import load_space
 from autotune.worker import CompilePool
 
-# Together these use every value of every parameter of both families, both dtypes and transposed operands.
+# Together these use every value of every parameter of both families, both dtypes and transposed operands (the
+# skinny family: the gemv kernel's parameters, which apply where M or N is at most 16).
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
+            ("matmul", "float32", {"layout": "tn", "skinny": "m"}),
             ("reduce", "float32", {"op": "sum", "axis": None}), ("reduce", "float32", {"op": "dot", "axis": 0}),
             ("reduce", "float32", {"op": "max", "axis": 1}), ("reduce", "float64", {"op": "min", "axis": None})]
 
@@ -23,6 +25,7 @@ FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"lay
 CHEAP = {"matmul": {"UNROLL_K": (1, 2), "TM": (1, 2), "TN": (1, 2), "BK": (8,), "ASYNC_STAGES": (0,),
                     "BM": (16, 32, 64), "BN": (16, 32, 64)},
          "reduce": {}}
+CHEAP_SKINNY = {**CHEAP["matmul"], "TL": (1,), "TS": (1, 2), "BLOCK": (64, 128), "UNROLL_K": (1, 2)}  # gemv's
 
 
 # Besides the covering samples: a cp.async pipeline whose tiles (64 KB) need dynamic shared memory, the deepest
@@ -65,8 +68,10 @@ def compile_one(item):
 def main():
     items = []
     for kind, dtype, family in FAMILIES:
-        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind],
-                                                    candidates=8)
+        cheap = CHEAP_SKINNY if family.get("skinny") else CHEAP[kind]
+        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=cheap, candidates=8)
+        if family.get("skinny"):  # its tiled variants are the others' (one kept, for GEMV 0): the gemv kernel's
+            sample = [p for p in sample if p.get("GEMV")] + [next(p for p in sample if p.get("GEMV") == 0)]
         items += [(kind, dtype, family, params) for params in sample]
     items += EXTRA
     with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
