@@ -11,10 +11,9 @@ from autotune.compiler import resource_report
 from autotune.space import load_space
 from autotune.worker import CompilePool
 
-# Together these use every value of every parameter of both families, both dtypes and transposed operands (the
-# skinny family: the gemv kernel's parameters, which apply where M or N is at most 16).
+# Together these use every value of every parameter of both families, both dtypes and transposed operands (with
+# GEMV_EXTRA below: the gemv kernel's parameters apply to skinny problems alone).
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
-            ("matmul", "float32", {"layout": "tn", "skinny": "m"}),
             ("reduce", "float32", {"op": "sum", "axis": None}), ("reduce", "float32", {"op": "dot", "axis": 0}),
             ("reduce", "float32", {"op": "max", "axis": 1}), ("reduce", "float64", {"op": "min", "axis": None})]
 
@@ -25,7 +24,6 @@ FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"lay
 CHEAP = {"matmul": {"UNROLL_K": (1, 2), "TM": (1, 2), "TN": (1, 2), "BK": (8,), "ASYNC_STAGES": (0,),
                     "BM": (16, 32, 64), "BN": (16, 32, 64)},
          "reduce": {}}
-CHEAP_SKINNY = {**CHEAP["matmul"], "TL": (1,), "TS": (1, 2), "BLOCK": (64, 128), "UNROLL_K": (1, 2)}  # gemv's
 
 
 # Besides the covering samples: a cp.async pipeline whose tiles (64 KB) need dynamic shared memory, the deepest
@@ -55,6 +53,26 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
          ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]
 
 
+# The gemv kernel of skinny problems (M or N at most 16): every value of BLOCK, KT, TL and TS in six variants, both
+# forms on both sides, every dtype (float16 and bfloat16 split through the float32 workspace), and a tiled variant
+# of a skinny problem (GEMV 0); far fewer than a covering sample of the skinny family, which would draw the tiled
+# kernel's values again.
+def _gemv(block, kt, tl, ts, vec, unroll, split, bits=32):
+    return {"strategy": "tiled", "GEMV": 1, "BLOCK": block, "KT": kt, "TL": tl, "TS": ts, "VEC": vec,
+            "UNROLL_K": unroll, "SPLIT_K": split, "INDEX_BITS": bits}
+
+
+GEMV_EXTRA = [("matmul", "float32", {"layout": "nn", "skinny": "n"}, _gemv(64, 1, 1, 16, 4, 2, 1)),
+              ("matmul", "float32", {"layout": "tn", "skinny": "m"}, _gemv(128, 2, 2, 2, 2, 1, 2)),
+              ("matmul", "float16", {"layout": "nt", "skinny": "m"}, _gemv(256, 4, 4, 4, 8, 1, 4)),
+              ("matmul", "float64", {"layout": "tt", "skinny": "n"}, _gemv(512, 8, 1, 8, 2, 2, 1)),
+              ("matmul", "bfloat16", {"layout": "nn", "skinny": "n"}, _gemv(64, 16, 2, 8, 8, 1, 2)),
+              ("matmul", "float32", {"layout": "nn", "skinny": "m"}, _gemv(128, 32, 1, 1, 4, 8, 16, 64)),
+              ("matmul", "float32", {"layout": "nn", "skinny": "n"},
+               {"strategy": "tiled", "GEMV": 0, "BM": 16, "BN": 16, "BK": 8, "TM": 2, "TN": 2, "VEC": 1,
+                "UNROLL_K": 1})]
+
+
 def compile_one(item):
     kind, dtype, family, params = item
     kernel = build_kernel(kind, params, dtype, **family)
@@ -68,12 +86,10 @@ def compile_one(item):
 def main():
     items = []
     for kind, dtype, family in FAMILIES:
-        cheap = CHEAP_SKINNY if family.get("skinny") else CHEAP[kind]
-        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=cheap, candidates=8)
-        if family.get("skinny"):  # its tiled variants are the others' (one kept, for GEMV 0): the gemv kernel's
-            sample = [p for p in sample if p.get("GEMV")] + [next(p for p in sample if p.get("GEMV") == 0)]
+        sample, _ = load_space(kind).covering_sample(dtype=dtype, family=family, seed=5, cheap=CHEAP[kind],
+                                                    candidates=8)
         items += [(kind, dtype, family, params) for params in sample]
-    items += EXTRA
+    items += EXTRA + GEMV_EXTRA
     with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
         for result in pool.map(compile_one, items):
             print(json.dumps(result), flush=True)

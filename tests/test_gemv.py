@@ -96,6 +96,9 @@ def test_gemv_applies_to_skinny_problems_alone_and_within_its_limits():
     with pytest.raises(ValueError, match="multiply-adds per unrolled trip"):
         space.validate({"GEMV": 1, "TL": 4, "TS": 16, "VEC": 2, "UNROLL_K": 8}, dtype="float64",
                        family={"layout": "nn", "skinny": "n"})
+    with pytest.raises(ValueError, match="512 threads leave 128 registers per thread, where 32 sums"):
+        space.validate({"GEMV": 1, "BLOCK": 512, "TS": 16, "VEC": 2, "UNROLL_K": 2}, dtype="float64",
+                       family={"layout": "tt", "skinny": "n"})  # it compiled spilling
     with pytest.raises(ValueError, match="UNROLL_K=16 K steps in flight per thread exceeds 8"):
         space.validate({"GEMV": 1, "UNROLL_K": 16}, dtype="float32", family={"layout": "nn", "skinny": "n"})
     with pytest.raises(ValueError, match="VEC=8 x 4-byte float32 exceeds a 16-byte vector access"):

@@ -701,7 +701,7 @@ class MatmulFamily(KernelFamily):
         the H100, and the committed winners of 1000^3 and 127x3000x511 are clamped. A gemv start is split over K
         to fill the GPU likewise (matmul_gemv.starts); a batched problem's blocks count every matrix's."""
         if gemv.is_gemv(start):
-            return gemv.starts(start, dims(problem.shape), problem.family, device.sm_count,
+            return gemv.starts(start, dims(problem.shape), problem.dtype, problem.family, device.sm_count,
                                space.params["SPLIT_K"].values)
         if not is_tiled(start):
             return []

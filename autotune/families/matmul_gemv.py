@@ -75,6 +75,15 @@ def accumulators(p: Mapping[str, Any], shape_form: str) -> int:
     return long_per_thread(p, shape_form) * p["TS"]
 
 
+def registers(p: Mapping[str, Any], shape_form: str, dtype: str) -> int:
+    """About the registers a thread needs: its sums (float32 for 16-bit operands, two words each for float64), the
+    values one unrolled trip loads (per K step TL x VEC of the matrix, and TS x VEC (rows) or TS (cols) of the
+    vectors; 16-bit ones two to a register) and 32 for indices and addresses."""
+    words = 2 if dtype == "float64" else 1
+    loads = p["UNROLL_K"] * (p["TL"] * p["VEC"] + p["TS"] * (p["VEC"] if shape_form == "rows" else 1))
+    return words * accumulators(p, shape_form) + -(-loads * np.dtype(dtype).itemsize // 4) + 32
+
+
 def k_step(p: Mapping[str, Any], shape_form: str) -> int:
     """K elements between one thread's consecutive loads: KT pieces of VEC (rows) or KT rows (cols)."""
     return p["KT"] * (p["VEC"] if shape_form == "rows" else 1)
@@ -121,13 +130,14 @@ def short_pass(dims: Sequence[int], side: str) -> int:
     return 1 << max(0, min(4, (short - 1).bit_length()))
 
 
-def fitted(p: Mapping[str, Any], dims: Sequence[int], args: Mapping[str, Any], threads: int,
+def fitted(p: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[str, Any], threads: int,
            splits: Sequence[int]) -> dict[str, Any]:
-    """``p`` fitted to a problem: TS taking its short side in one pass (halved while the accumulators exceed the
-    limit), and K split to give ``threads`` threads."""
+    """``p`` fitted to a problem: TS taking its short side in one pass (halved while the sums or the registers
+    exceed their limits), and K split to give ``threads`` threads."""
     shape_form = form(args)
     found = {**p, "TS": short_pass(dims, args["skinny"])}
-    while found["TS"] > 1 and accumulators(found, shape_form) > MAX_ACCUMULATORS:
+    while found["TS"] > 1 and (accumulators(found, shape_form) > MAX_ACCUMULATORS or
+                               registers(found, shape_form, dtype) > min(255, 65536 // found["BLOCK"])):
         found["TS"] //= 2
     found["SPLIT_K"] = fill_split(found, dims, shape_form, args["skinny"], threads, splits)
     return found
@@ -145,14 +155,14 @@ def defaults(dims: Sequence[int], dtype: str, args: Mapping[str, Any], splits: S
         params = {"BLOCK": 256, "KT": kt, "TL": 1, "TS": 1, "VEC": vec, "UNROLL_K": 2, "SPLIT_K": 1}
     else:
         params = {"BLOCK": 256, "KT": 8, "TL": 1, "TS": 1, "VEC": vec, "UNROLL_K": 4, "SPLIT_K": 1}
-    return {"GEMV": 1, **fitted(params, dims, args, threads, splits)}
+    return {"GEMV": 1, **fitted(params, dims, dtype, args, threads, splits)}
 
 
-def starts(start: Mapping[str, Any], dims: Sequence[int], args: Mapping[str, Any], sm_count: int,
+def starts(start: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[str, Any], sm_count: int,
            splits: Sequence[int]) -> list[dict[str, Any]]:
     """A gemv start in the forms that fit this problem: fitted to it (2048 threads per SM to fill), then as
     given."""
-    found = fitted(start, dims, args, sm_count * 2048, splits)
+    found = fitted(start, dims, dtype, args, sm_count * 2048, splits)
     return [found] + ([dict(start)] if found != dict(start) else [])
 
 
@@ -171,6 +181,10 @@ def fits(p: Mapping[str, Any], ctx) -> str | None:
     products = count * p["UNROLL_K"] * (p["VEC"] if shape_form == "rows" else 1)
     if products > MAX_PRODUCTS:
         return f"gemv: {products} multiply-adds per unrolled trip exceeds {MAX_PRODUCTS} (UNROLL_K={p['UNROLL_K']})"
+    needed, available = registers(p, shape_form, ctx.dtype), min(255, 65536 // p["BLOCK"])
+    if needed > available:
+        return (f"gemv: {p['BLOCK']} threads leave {available} registers per thread, where {count} sums and one "
+                f"trip's loads need about {needed}")
     return None
 
 
