@@ -11,7 +11,8 @@ from autotune.runtime.build import build_kernel
 from autotune.runtime.compiler import resource_report
 from autotune.tuning.worker import CompilePool
 
-# Together these use every value of every parameter of both families, both dtypes and transposed operands.
+# Together these use every value of every parameter of both families, both dtypes and transposed operands (with
+# GEMV_EXTRA below: the gemv kernel's parameters apply to skinny problems alone).
 FAMILIES = [("matmul", "float32", {"layout": "nn"}), ("matmul", "float64", {"layout": "tt"}),
             ("reduce", "float32", {"op": "sum", "axis": None}), ("reduce", "float32", {"op": "dot", "axis": 0}),
             ("reduce", "float32", {"op": "max", "axis": 1}), ("reduce", "float64", {"op": "min", "axis": None})]
@@ -52,6 +53,26 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
          ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]
 
 
+# The gemv kernel of skinny problems (M or N at most 16): every value of BLOCK, KT, TL and TS in six variants, both
+# forms on both sides, every dtype (float16 and bfloat16 split through the float32 workspace), and a tiled variant
+# of a skinny problem (GEMV 0); far fewer than a covering sample of the skinny family, which would draw the tiled
+# kernel's values again.
+def _gemv(block, kt, tl, ts, vec, unroll, split, bits=32):
+    return {"strategy": "tiled", "GEMV": 1, "BLOCK": block, "KT": kt, "TL": tl, "TS": ts, "VEC": vec,
+            "UNROLL_K": unroll, "SPLIT_K": split, "INDEX_BITS": bits}
+
+
+GEMV_EXTRA = [("matmul", "float32", {"layout": "nn", "skinny": "n"}, _gemv(64, 1, 1, 16, 4, 2, 1)),
+              ("matmul", "float32", {"layout": "tn", "skinny": "m"}, _gemv(128, 2, 2, 2, 2, 1, 2)),
+              ("matmul", "float16", {"layout": "nt", "skinny": "m"}, _gemv(256, 4, 4, 4, 8, 1, 4)),
+              ("matmul", "float64", {"layout": "tt", "skinny": "n"}, _gemv(512, 8, 1, 8, 2, 2, 1)),
+              ("matmul", "bfloat16", {"layout": "nn", "skinny": "n"}, _gemv(64, 16, 2, 8, 8, 1, 2)),
+              ("matmul", "float32", {"layout": "nn", "skinny": "m"}, _gemv(128, 32, 1, 1, 4, 8, 16, 64)),
+              ("matmul", "float32", {"layout": "nn", "skinny": "n"},
+               {"strategy": "tiled", "GEMV": 0, "BM": 16, "BN": 16, "BK": 8, "TM": 2, "TN": 2, "VEC": 1,
+                "UNROLL_K": 1})]
+
+
 def compile_one(item):
     kind, dtype, family, params = item
     kernel = build_kernel(kind, params, dtype, **family)
@@ -68,7 +89,7 @@ def main():
         sample, _ = load_space(kind).covering_sample(dtype=dtype, args=family, seed=5, cheap=CHEAP[kind],
                                                     candidates=8)
         items += [(kind, dtype, family, params) for params in sample]
-    items += EXTRA
+    items += EXTRA + GEMV_EXTRA
     with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
         for result in pool.map(compile_one, items):
             print(json.dumps(result), flush=True)

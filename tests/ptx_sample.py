@@ -16,6 +16,8 @@ MMA = {"BM": 32, "BN": 32, "BK": 16, "TM": 2, "TN": 4, "VEC": 4, "UNROLL_K": 8}
 WGMMA = {"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 4}
 WGMMA_TF32 = {"BM": 128, "BN": 128, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 0}
 TILED = {"BM": 32, "BN": 64, "BK": 8, "TM": 4, "TN": 8, "VEC": 4, "UNROLL_K": 2, "THREAD_LAYOUT": "strided"}
+GEMV = {"GEMV": 1, "BLOCK": 256, "KT": 32, "TL": 1, "TS": 4, "VEC": 4, "UNROLL_K": 2, "SPLIT_K": 1}
+BATCH = {"batch": "strided"}
 VARIANTS = {"tiled": ("matmul", "float32", TILED, {}),
             "atomic": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "atomic"}, {}),
             "vector": ("matmul", "float32", {**SPLIT, "SPLIT_ADD": "vector"}, {}),
@@ -55,7 +57,21 @@ VARIANTS = {"tiled": ("matmul", "float32", TILED, {}),
                                {"precision": "tf32"}),
             "wgmma_3xtf32": ("matmul", "float32", WGMMA_TF32, {"precision": "3xtf32"}),
             "wgmma_tf32_tt": ("matmul", "float32", WGMMA_TF32, {"precision": "tf32", "layout": "tt"}),
-            "wgmma_tf32_copies": ("matmul", "float32", {**WGMMA_TF32, "ASYNC_STAGES": 4}, {"precision": "tf32"})}
+            "wgmma_tf32_copies": ("matmul", "float32", {**WGMMA_TF32, "ASYNC_STAGES": 4}, {"precision": "tf32"}),
+            # stacks in one launch (grid z) and the gemv kernel of skinny products
+            "batched_tiled": ("matmul", "float32", TILED, BATCH),
+            "batched_last_block": ("matmul", "float64", {**SPLIT, "VEC": 2, "SPLIT_ADD": "last_block"}, BATCH),
+            "batched_fp16": ("matmul", "float16", {**MMA, "MMA": 16, "UNROLL_K": 16, "A_SMEM": "mmajor",
+                                                   "ASYNC_STAGES": 2}, {**BATCH, "layout": "tt"}),
+            "batched_wgmma": ("matmul", "bfloat16", WGMMA, {**BATCH, "layout": "nt"}),
+            "batched_wgmma_tf32": ("matmul", "float32", WGMMA_TF32, {**BATCH, "precision": "3xtf32"}),
+            "gemv_rows": ("matmul", "float32", GEMV, {"skinny": "n"}),
+            "gemv_rows_bf16_batched": ("matmul", "bfloat16", {**GEMV, "VEC": 8, "TS": 8},
+                                       {**BATCH, "skinny": "m", "layout": "nt"}),
+            "gemv_cols_f16": ("matmul", "float16", {**GEMV, "KT": 8, "VEC": 8, "UNROLL_K": 4, "SPLIT_K": 4},
+                              {"skinny": "m"}),
+            "gemv_cols_f64": ("matmul", "float64", {**GEMV, "KT": 8, "VEC": 2, "TL": 2, "SPLIT_K": 2},
+                              {"skinny": "n", "layout": "tn"})}
 
 
 def statement_form() -> str:
@@ -78,12 +94,17 @@ def tf32_copy(name: str) -> str:
 
 def main():
     out = {}
-    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements", "tf32_rows", "tf32_transpose"]:
+    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements", "tf32_rows", "tf32_transpose", "gemv_finish"]:
         if name == "tiled_statements":
             out[name] = statement_form()
             continue
         if name.startswith("tf32_") and name not in VARIANTS:
             out[name] = tf32_copy(name)
+            continue
+        if name == "gemv_finish":  # the kernel rounding gemv_cols_f16's float32 workspace into C
+            kind, dtype, params, args = VARIANTS["gemv_cols_f16"]
+            (finish, signature), = build_kernel(kind, params, dtype, **args).helper_kernels()
+            out[name] = ptx_of(finish, signature)
             continue
         kind, dtype, params, args = VARIANTS[name]
         kernel = build_kernel(kind, params, dtype, **args)

@@ -280,6 +280,48 @@ def test_tf32_on_rounded_copies_reads_both_operands_from_shared_memory():
     assert transpose.count("cvt.rna.tf32.f32") == 4 and transpose.count("st.global.u32") == 4
 
 
+def test_batched_kernels_offset_their_operands_per_grid_row_and_keep_their_code():
+    """A batched variant reads its matrix from grid row z (%ctaid.z) with a 32-bit division into the two batch
+    levels (no 64-bit division: a call, which would serialize a wgmma), and is otherwise the unbatched kernel: the
+    same multiply-adds and tensor-core instructions; ptxas keeps the wgmma asynchronous, with no spills."""
+    from autotune.runtime.compiler import link
+
+    names = ("tiled", "batched_tiled", "batched_last_block", "fp16", "batched_fp16", "wgmma_bf16", "batched_wgmma",
+             "wgmma_3xtf32", "batched_wgmma_tf32")
+    ptx = ptx_sample(*names)
+    wide = r"\b(?:div|rem)\.[us]64\b"
+    for unbatched, batched in (("tiled", "batched_tiled"), ("fp16", "batched_fp16"), ("wgmma_bf16", "batched_wgmma"),
+                               ("wgmma_3xtf32", "batched_wgmma_tf32")):
+        for op in (r"\bfma\.rn\.f32\b", r"mma\.sync\.aligned\.\S+", r"wgmma\.mma_async\.sync\.aligned\.\S+", wide):
+            assert len(re.findall(op, ptx[unbatched])) == len(re.findall(op, ptx[batched])), (batched, op)
+    for name in ("batched_tiled", "batched_last_block", "batched_fp16", "batched_wgmma", "batched_wgmma_tf32"):
+        text = ptx[name]
+        assert "%ctaid.z" in text and ("div.u32" in text or "rem.u32" in text), name
+        assert "wgmma" not in name or not re.search(wide, text), name
+        _, log = link(text, (9, 0))
+        assert "serialized" not in log and " 0 bytes spill stores" in log, (name, log)
+
+
+def test_the_gemv_kernel_reads_sixteen_bytes_at_a_time():
+    """The gemv kernel loads the matrix in 16-byte vectors (rows form: along K; cols form: along C's long side),
+    adds its lanes' sums with warp shuffles, and splits K with atomic adds into C (float64: atom.add.f64) or, for
+    a float16 C, into the float32 workspace that the finish kernel rounds into C once (cvt.rn.f16.f32); bfloat16
+    is widened from its bits by a shift; none spills."""
+    from autotune.runtime.compiler import link
+
+    ptx = ptx_sample("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16", "gemv_cols_f64", "gemv_finish")
+    rows, bf16, f16, f64, finish = (ptx[n] for n in ("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16",
+                                                     "gemv_cols_f64", "gemv_finish"))
+    assert "ld.global.v4.f32" in rows and "shfl.sync.down.b32" in rows and not issues("atom", rows)
+    assert "ld.global.v4.u16" in bf16 and "shl.b32" in bf16 and "%ctaid.z" in bf16 and "cvt.rn.bf16.f32" in bf16
+    assert "ld.global.v4.u16" in f16 and "cvt.f32.f16" in f16 and "atom.global.add.f32" in f16
+    assert "cvt.rn.f16.f32" not in f16 and "cvt.rn.f16.f32" in finish
+    assert "ld.global.v2.f64" in f64 and "atom.global.add.f64" in f64 and "shfl.sync.down.b32" in f64
+    for name, text in ptx.items():
+        _, log = link(text, (9, 0))
+        assert " 0 bytes spill stores" in log, (name, log)
+
+
 def half_precision_types(ptx: str) -> list[str]:
     """The distinct instructions of a PTX text with a 16-bit float type (.f16, .bf16, their pairs), in order of
     first use; registers (%f16, %f160, ...) are names, not types."""

@@ -12,6 +12,7 @@ import yaml
 
 from autotune.core.device import DeviceInfo
 from autotune.core.problem import Problem
+from autotune.core.registry import family as family_named
 from autotune.core.rule import RuleError, Split, parse_rule, rule_record
 from autotune.core.space import config_key, load_space
 from autotune.runtime import db
@@ -23,7 +24,7 @@ from autotune.tuning.fit import (FitSettings, Quality, efficiency, fit_rule, fol
 from autotune.tuning.matrix import CrossMatrix, MatrixError, read_matrix, to_dict, write_matrix
 
 FIXTURE = Path(__file__).parent / "data" / "synthetic-matrix.json"
-ARGS = {"layout": "nn", "precision": "ieee", "out_dtype": None}
+ARGS = family_named("matmul").family_args(layout="nn")  # every argument, as matrices and rules hold them
 SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
 TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
 SMALL = {"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "VEC": 2, "UNROLL_K": 4}

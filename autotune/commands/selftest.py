@@ -116,7 +116,12 @@ def _check_overlapping(kernel, problem: Problem, rng) -> str | None:
     buffer = arrays.host_to_device(np.concatenate([host.ravel(order="K"),
                                                    np.zeros(max(0, size - host.size), host.dtype)]))
     first = buffer[:host.size]
-    first = first.reshape(host.shape, order="F" if np.isfortran(host) else "C")
+    if host.flags.c_contiguous or host.flags.f_contiguous:
+        first = first.reshape(host.shape, order="F" if np.isfortran(host) else "C")
+    else:  # a stack of transposed matrices: its memory order (ravel "K"), viewed as the same stack
+        order = arrays.dense_order(host)
+        first = arrays.permuted(first.reshape(tuple(host.shape[a] for a in order)),
+                                tuple(int(a) for a in np.argsort(order)))
     out = buffer[:size].reshape(problem.out_shape)
     kernel(first, *args[1:], out=out)
     return problem.impl.verify(problem, case, arrays.device_to_host(out), rng)

@@ -62,9 +62,10 @@ class SearchSpace:
 
     def _context(self, args: Mapping[str, Any]) -> dict[str, Any]:
         """What ``when`` conditions see before any value is chosen: every parameter at its default (one that
-        does not apply has its default's meaning, as in database entries), then the family arguments (a
-        reduction's axis None is 'all')."""
+        does not apply has its default's meaning, as in database entries), then the family arguments, those not
+        given at their defaults (as ``family_args`` completes them; a reduction's axis None is 'all')."""
         context = {p.name: p.default for p in self.params.values()}
+        context.update({arg.name: arg.default for arg in self.impl.args})
         context.update(args)
         for arg in self.impl.args:
             if arg.name in context:

@@ -19,7 +19,15 @@ def is_host(x: Any) -> bool:
 
 
 def host_to_device(x: np.ndarray):
-    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer)."""
+    """``cuda.to_device(x)``; a bfloat16 array travels as its bits (Numba's copies take no ml_dtypes buffer); an
+    array whose elements fill one block of memory in another order of its axes (a stack of transposed matrices,
+    ``x.swapaxes(-1, -2)`` of a C-contiguous one) travels as that block and is viewed with its own strides, as the
+    same array on the device would be (ValueError for a strided view, which no block holds)."""
+    if not (x.flags.c_contiguous or x.flags.f_contiguous):
+        order = dense_order(x)
+        if order is None:
+            raise ValueError(f"a strided view (strides {x.strides}) is no block of memory to copy")
+        return permuted(host_to_device(x.transpose(order)), tuple(int(a) for a in np.argsort(order)))
     if x.dtype == BFLOAT16:
         return retyped(cuda.to_device(x.view(np.uint16)), BFLOAT16)
     return cuda.to_device(x)
@@ -59,12 +67,9 @@ def to_device(x: Any, name: str, dlpack_stream: int = 1):
     viewed with its own strides, as the same array on the device would be."""
     if isinstance(x, np.ndarray):
         check_plain(x, name)
-        if x.flags.c_contiguous or x.flags.f_contiguous:
-            return host_to_device(x)
-        order = dense_order(x)
-        if order is None:
+        if not (x.flags.c_contiguous or x.flags.f_contiguous) and dense_order(x) is None:
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
-        return permuted(host_to_device(x.transpose(order)), tuple(int(a) for a in np.argsort(order)))
+        return host_to_device(x)
     if cuda.devicearray.is_cuda_ndarray(x):
         return x
     refuse_gradients(x, name)
@@ -113,12 +118,25 @@ def dense_order(x: np.ndarray) -> tuple[int, ...] | None:
 def permuted(d, axes: tuple[int, ...]):
     """The device array ``d`` with its axes in the order ``axes`` (``np.transpose(d, axes)``): a view of the same
     memory, kept alive by the view. numba-cuda's ``DeviceNDArray.transpose`` copies (2-D) or refuses (more
-    dimensions), so the view is made from the CUDA Array Interface; the simulator's arrays are NumPy's views."""
+    dimensions), so the view is made by ``strided``; the simulator's arrays are NumPy's views."""
+    if getattr(d, "__cuda_array_interface__", None) is None:
+        return d.transpose(axes)
+    return strided(d, tuple(d.shape[a] for a in axes), tuple(d.strides[a] for a in axes))
+
+
+def strided(d, shape: tuple[int, ...], strides: tuple[int, ...]):
+    """A view of the device array ``d``'s memory from its first element with this shape and these byte strides
+    (the caller keeps every element inside ``d``'s memory), kept alive by the view: a broadcast (stride 0), a
+    transpose, a span. Numba makes no such views of its own arrays, so the view is made from the CUDA Array
+    Interface; in the simulator, whose arrays wrap NumPy arrays, from NumPy's ``as_strided`` of that array,
+    wrapped as the simulator wraps its own (tests/test_batch.py checks that the view shares memory)."""
+    shape, strides = tuple(int(n) for n in shape), tuple(int(s) for s in strides)
     interface = getattr(d, "__cuda_array_interface__", None)
     if interface is None:
-        return d.transpose(axes)
-    shape = tuple(d.shape[a] for a in axes)
-    strides = tuple(d.strides[a] for a in axes)
+        from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
+
+        base = np.asarray(d).view(d.dtype)  # the wrapped array (its interface names bfloat16 'V2')
+        return FakeCUDAArray(np.lib.stride_tricks.as_strided(base, shape, strides))
     typestr = "bfloat16" if d.dtype == BFLOAT16 else interface["typestr"]  # as dtypes.retyped: its str is "<V2"
     return cuda.from_cuda_array_interface(dict(interface, shape=shape, strides=strides, typestr=typestr), owner=d,
                                           sync=False)
@@ -196,6 +214,16 @@ def flat(d, order: str = "C"):
     """A 1-D view of a C-contiguous (``order="C"``) or F-contiguous (``"F"``) device array: its elements in memory
     order, never a copy (a device array's ``.T`` is a transposing copy by Numba's own kernel, not a view)."""
     return d.reshape(d.size, order=order)
+
+
+def span(d):
+    """A 1-D view of a device array's memory from its first element to its last, every element between included:
+    ``flat(d)`` of a C-contiguous array, else a strided view's whole range (non-negative strides only)."""
+    if is_c_contiguous(d):
+        return flat(d)
+    itemsize = d.dtype.itemsize
+    count = 1 + sum((n - 1) * s for n, s in zip(d.shape, d.strides)) // itemsize if d.size else 0
+    return strided(d, (count,), (itemsize,))
 
 
 def aligned(d, width: int) -> bool:

@@ -2,12 +2,13 @@
 kernel arguments. Shared by the family (constraints, templates), the kernel object (launches) and the tuner."""
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from ...core.constraints import MAX_STATIC_SHARED_BYTES
 from ...core.dtypes import HALF
+from . import gemv
 
 LAYOUTS = ("nn", "tn", "nt", "tt")
 PRECISIONS = ("ieee", "3xtf32", "tf32")
@@ -21,6 +22,11 @@ ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures
 # -- geometry of a configuration --------------------------------------------------------------------
 def is_tiled(p: Mapping[str, Any]) -> bool:
     return p.get("strategy", "tiled") == "tiled"
+
+
+def dims(shape: Sequence[int]) -> tuple[int, int, int, int]:
+    """(B, M, N, K) of a problem shape: B x M x N x K, or M x N x K (one matrix: B = 1)."""
+    return tuple(shape) if len(shape) == 4 else (1, *shape)
 
 
 def is_wgmma(p: Mapping[str, Any]) -> bool:
@@ -48,6 +54,8 @@ def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
 
 
 def matmul_threads(p: Mapping[str, Any]) -> int:
+    if gemv.is_gemv(p):
+        return p["BLOCK"]
     if not is_tiled(p):
         return 256
     if is_wgmma(p):
@@ -56,6 +64,8 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
 
 
 def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+    if gemv.is_gemv(p):
+        return 0
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
     if is_wgmma(p):
@@ -132,10 +142,23 @@ def split_add(params: Mapping[str, Any]) -> str | None:
     return params.get("SPLIT_ADD", "atomic")
 
 
-def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
+BATCH_ARGS = ("inner", "a_outer", "a_inner", "b_outer", "b_inner", "c_step")  # templates/_batch.j2
+
+
+def kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None = None,
+                dtype: str | None = None) -> tuple[str, ...]:
     """The arguments a variant's kernel takes: only those it uses. The seeds take the operands and their shape;
     tiled variants the K chunk of a slice too, the workspace and tile counters where the last block sums the K
-    slices, and the flags that say whether each operand's vectors are aligned where they are read."""
+    slices, and the flags that say whether each operand's vectors are aligned where they are read; the gemv kernel
+    likewise (``args``, the family arguments, say its form and ``dtype`` its workspace). A batched kernel (``args``
+    batch "strided") takes the stack's geometry last (BATCH_ARGS)."""
+    batched = bool(args and args.get("batch"))
+    return _kernel_args(params, args, dtype) + (BATCH_ARGS if batched else ())
+
+
+def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtype: str | None) -> tuple[str, ...]:
+    if gemv.is_gemv(params):
+        return gemv_args(params, args or {}, dtype)
     names = ["A", "B", "C"]
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
@@ -154,6 +177,18 @@ def kernel_args(params: Mapping[str, Any]) -> tuple[str, ...]:
         names += ["vec_a", "vec_b"] if vec > 1 else []
         vc = vector_width(vec, 2 if mma else params["TN"])
         names += ["vec_c"] if vc > 1 and split_add(params) != "atomic" else []
+    return tuple(names)
+
+
+def gemv_args(params: Mapping[str, Any], args: Mapping[str, Any], dtype: str | None) -> tuple[str, ...]:
+    """The gemv kernel's arguments: the float32 workspace W in C's place where K slices meet there; the vectors'
+    alignment flag only where they are read VEC at a time (rows form, K-major vectors)."""
+    out = args.get("out_dtype") or dtype
+    names = ["A", "B", "W" if gemv.workspace(params, out) else "C", "M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]
+    if params["VEC"] > 1:
+        matrix, vectors = ("vec_a", "vec_b") if args["skinny"] == "n" else ("vec_b", "vec_a")
+        rows_kmajor = gemv.form(args) == "rows" and gemv.vectors_k_major(args)
+        names += sorted([matrix] + ([vectors] if rows_kmajor else []))
     return tuple(names)
 
 

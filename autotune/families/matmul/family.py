@@ -9,11 +9,16 @@ with TF32 enabled). float16 is NumPy's: products and sums in float32, the result
 ``np.matmul`` of float16 arrays and cuBLAS's half GEMM with float32 compute), or with ``out_dtype`` float32 kept
 in float32 (``np.matmul(A, B, dtype=np.float32)``); tiled float16 variants run on the tensor cores. bfloat16
 (ml_dtypes', see autotune/core/dtypes.py) is float16's twin: the same kernels on bf16 products, its tiles holding bits.
-Five templates
-render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the register-tiled kernel on
-the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline PTX: fp64, TF32 for
-float32 at the tf32 precisions, fp16 for float16, bf16 for bfloat16); with ``WGMMA`` on Hopper, the warpgroup
-kernels (float16, bfloat16, and float32 at the tf32 precisions).
+Six templates render it: the seed kernels of the Numba documentation (``strategy`` naive, shared16), the
+register-tiled kernel on the CUDA cores and, with ``MMA`` > 0, the tensor-core kernel (``mma.sync`` through inline
+PTX: fp64, TF32 for float32 at the tf32 precisions, fp16 for float16, bf16 for bfloat16); with ``WGMMA`` on Hopper,
+the warpgroup kernels (float16, bfloat16, and float32 at the tf32 precisions); and for skinny problems (M or N at
+most 16, family argument ``skinny``) the matrix-vector kernel (``GEMV`` 1, gemv.py).
+
+A problem of shape B x M x N x K is a stack of B products in one launch (family argument ``batch`` "strided",
+which the shape sets; batch.py). Every template renders it but the TMA-fed and the rounded-copy wgmma kernels;
+its kernel takes each operand as a stack (B, M, K) or as one matrix (M, K) that every product reads (broadcast),
+and writes C as a (B, M, N) stack.
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ import numpy as np
 from ...core.dtypes import HALF, numpy_dtype, retyped, storage
 from ...core.family import Case, FamilyArg, KernelFamily
 from ...core.oracle import compare_exact, compare_norm, relative_error, unwritten
+from . import gemv
 from .config import (
     EXACT_LIMIT,
     LAYOUTS,
@@ -34,6 +40,7 @@ from .config import (
     a_row_stride,
     a_tile_elements,
     accumulator_dtype,
+    dims,
     dynamic_shared_bytes,
     is_tiled,
     is_tma,
@@ -58,7 +65,7 @@ HERE = Path(__file__).resolve().parent
 class MatmulFamily(KernelFamily):
     name = "matmul"
     summary = "C = A @ B"
-    shape_help = "M x N x K (A is M x K, B is K x N, C is M x N)"
+    shape_help = "M x N x K (A is M x K, B is K x N, C is M x N), or B x M x N x K for a stack of B products"
     dtypes = ("float32", "float64", "float16", "bfloat16")
     args = (FamilyArg("layout", LAYOUTS, "nn", "which of A, B are given transposed (BLAS-style: nn, tn, nt, tt)"),
             FamilyArg("precision", PRECISIONS, "ieee", "float32 products: ieee (fp32 FMAs), 3xtf32 (fp32-level "
@@ -66,7 +73,13 @@ class MatmulFamily(KernelFamily):
                       implicit=True),
             FamilyArg("out_dtype", (None, "float32"), None, "the result's dtype: input (the operands') or float32 "
                       "(float16 or bfloat16 operands: the float32 sums, not rounded)", none_means="input",
-                      implicit=True))
+                      implicit=True),
+            FamilyArg("batch", (None, "strided"), None, "a stack of B products in one launch, each operand a stack "
+                      "or one matrix read by every product: set by a B x M x N x K shape (give it only to render or "
+                      "build such a kernel without a shape)", none_means="none", implicit=True),
+            FamilyArg("skinny", (None, "m", "n"), None, f"which side of C is at most {gemv.SKINNY} (where the gemv "
+                      f"kernel applies, GEMV 1): set by the shape, n where N is (N <= M), else m (give it only to "
+                      f"render or build such a kernel without a shape)", none_means="none", implicit=True))
     unit = "TFLOP/s"
     baseline = {"strategy": "shared16"}
     suite = ("1024x1024x1024", "2048x2048x2048", "4096x4096x4096", "8192x8192x8192", "4096x4096x256",
@@ -81,9 +94,28 @@ class MatmulFamily(KernelFamily):
         self.template_dir = HERE / "templates"
         self._fitted: dict[tuple, dict[str, Any]] = {}  # fit_config's validated forms
 
+    def canonical_args(self, shape, args) -> dict[str, Any]:
+        """``batch`` and ``skinny`` as the shape sets them (ValueError where they were given otherwise): a problem
+        has one key, and its family arguments say which kernels apply to it."""
+        if len(shape) not in (3, 4):
+            return dict(args)  # check_shape says why
+        _, M, N, _ = dims(shape)
+        derived = {"batch": "strided" if len(shape) == 4 else None, "skinny": gemv.skinny_side(M, N)}
+        for name, value in derived.items():
+            if args[name] not in (None, value):
+                what = "x".join(map(str, shape))
+                raise ValueError(f"matmul {name} {args[name]} does not fit the shape {what} (it sets {name} "
+                                 f"{value or 'none'})")
+        return {**args, **derived}
+
     def check_shape(self, shape, args) -> None:
-        if len(shape) != 3:
-            raise ValueError(f"a matmul shape is M x N x K, got {'x'.join(map(str, shape))}")
+        if len(shape) not in (3, 4):
+            raise ValueError(f"a matmul shape is M x N x K, or B x M x N x K for a stack of B products, got "
+                             f"{'x'.join(map(str, shape))}")
+
+    def key_tag(self, args) -> str:
+        """The arguments as a key segment, those the shape sets (batch, skinny) left out: the shape says them."""
+        return super().key_tag({**args, "batch": None, "skinny": None})
 
     def check_dtype(self, dtype, args) -> None:
         if args["precision"] != "ieee" and dtype != "float32":
@@ -100,8 +132,8 @@ class MatmulFamily(KernelFamily):
         return args.get("out_dtype") or dtype
 
     def work(self, problem) -> float:
-        M, N, K = problem.shape
-        return 2.0 * M * N * K
+        B, M, N, K = dims(problem.shape)
+        return 2.0 * B * M * N * K
 
     def peak(self, device, dtype: str) -> float | None:
         return device.peak_tflops(dtype)
@@ -114,13 +146,15 @@ class MatmulFamily(KernelFamily):
         return self.peak(device, "float16" if problem.dtype in HALF else problem.dtype)
 
     def out_shape(self, problem) -> tuple[int, ...]:
-        return problem.shape[0], problem.shape[1]
+        return tuple(problem.shape[:-1])
 
     def templates(self) -> list[str]:
         return ["_common.j2", "_sim.j2", "_matmul.j2", "matmul_seed.py.j2", "matmul_tiled.py.j2", "matmul_mma.py.j2",
-                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2"]
+                "_wgmma.j2", "matmul_wgmma.py.j2", "matmul_wgmma_tf32.py.j2", "_batch.j2", "matmul_gemv.py.j2"]
 
     def template(self, params) -> str:
+        if gemv.is_gemv(params):
+            return "matmul_gemv.py.j2"
         if not is_tiled(params):
             return "matmul_seed.py.j2"
         if is_wgmma(params):
@@ -140,8 +174,11 @@ class MatmulFamily(KernelFamily):
                                "OUT_BF16": out == "bfloat16",
                                "SIM": simulator, "TRANS_A": layout[0] == "t",
                                "TRANS_B": layout[1] == "t", "MMA": params.get("MMA", 0),
-                               "ARGS": kernel_args(params),
+                               "ARGS": kernel_args(params, args, dtype), "BATCH": bool(args.get("batch")),
                                "description": f"matmul {layout} {dtype} {dict(params)}"}
+        if gemv.is_gemv(params):
+            ctx.update(gemv.template_context(params, args), WORKSPACE=gemv.workspace(params, out))
+            return ctx
         if not is_tiled(params):
             return ctx
         threads = matmul_threads(params)
@@ -202,42 +239,52 @@ class MatmulFamily(KernelFamily):
     def inputs(self, problem, rng, purpose):
         """A and B as the layout stores them. Check data are integers in [-2, 2] (never all zero): every sum of
         K products of |a*b| <= 4 is exact in float32 while 4K < 2**24, so a result is right to the last bit or
-        wrong. Timing data are standard normal (never zeros, which can run faster)."""
-        M, N, K = problem.shape
+        wrong. Timing data are standard normal (never zeros, which can run faster). A batched problem's are stacks
+        (B, M, K) and (B, K, N), each matrix stored as the layout says (a transposed one as ``x.swapaxes(-1, -2)``
+        of a C-contiguous stack)."""
+        _, M, N, K = dims(problem.shape)
+        stack = tuple(problem.shape[:-3])
         layout = problem.args["layout"]
         arrays = []
         for shape, transposed in (((M, K), layout[0] == "t"), ((K, N), layout[1] == "t")):
             if purpose == "check":
-                x = rng.integers(-2, 3, size=shape, dtype=np.int8).astype(problem.dtype)
-                x.flat[0] = 1
+                x = rng.integers(-2, 3, size=stack + shape, dtype=np.int8).astype(problem.dtype)
+                x[..., 0, 0] = 1
             else:
-                x = rng.standard_normal(shape, dtype=np.float32).astype(problem.dtype)
-            arrays.append(np.asfortranarray(x) if transposed else x)
+                x = rng.standard_normal(stack + shape, dtype=np.float32).astype(problem.dtype)
+            arrays.append(np.ascontiguousarray(x.swapaxes(-1, -2)).swapaxes(-1, -2) if transposed else x)
         return arrays
 
     def verification(self, problem, inputs, rng) -> list[Case]:
         """The integer case (exact at every precision: its values and sums are TF32- and fp32-exact; float16's and
         bfloat16's results are the exact sums rounded to their dtype, checked over ``error_rows``) and, at a
         rounded precision and for 16-bit operands, standard normal data whose error must stay within twice the
-        error of the reference on
-        the same data (``error_bound``)."""
-        M, N, K = problem.shape
-        A, B = (a.astype(np.float64) for a in inputs)
+        error of the reference on the same data (``error_bound``). A batched problem has a second integer case: the
+        same stack of A times B's first matrix alone, which every product reads (a broadcast operand: stride 0)."""
         precision = {"float16": "fp16", "bfloat16": "bf16"}.get(problem.dtype) or problem.args["precision"]
         out_dtype = self.out_dtype(problem)
-        if out_dtype in HALF:
-            rows = error_rows(problem.shape)
-            cases = [Case(tuple(inputs), (A[rows] @ B).astype(out_dtype).astype(np.float64), "exact rows")]
-        else:
-            cases = [Case(tuple(inputs), A @ B if M * N * K <= EXACT_LIMIT else None)]
+        cases = [self._exact_case(problem, tuple(inputs))]
+        if len(problem.shape) == 4:
+            cases.append(self._exact_case(problem, (inputs[0], inputs[1][0]), ", B broadcast"))
         if precision != "ieee":
             data = tuple(self.inputs(problem, rng, "time"))
             rows = error_rows(problem.shape)
             A, B = (a.astype(np.float64) for a in data)
-            expected = A[rows] @ B
+            expected = A[..., rows, :] @ B
             cases.append(Case(data, expected, "error rows",
-                              error_bound(precision, data[0][rows], data[1], expected, out_dtype)))
+                              error_bound(precision, data[0][..., rows, :], data[1], expected, out_dtype)))
         return cases
+
+    def _exact_case(self, problem, inputs: tuple, what: str = "") -> Case:
+        """The integer data's case: their exact product, where C is float16 or bfloat16 its ``error_rows``
+        rounded to that dtype; none past EXACT_LIMIT (verify runs Freivalds' test)."""
+        B, M, N, K = dims(problem.shape)
+        A, Bm = (a.astype(np.float64) for a in inputs)
+        out_dtype = self.out_dtype(problem)
+        if out_dtype in HALF:
+            rows = error_rows(problem.shape)
+            return Case(inputs, (A[..., rows, :] @ Bm).astype(out_dtype).astype(np.float64), "exact rows" + what)
+        return Case(inputs, A @ Bm if B * M * N * K <= EXACT_LIMIT else None, "elements" + what)
 
     def verify(self, problem, case, got, rng) -> str | None:
         """Exact on integer data: small problems elementwise, large ones by Freivalds' test; within the case's
@@ -251,21 +298,26 @@ class MatmulFamily(KernelFamily):
         if problem_text:
             return problem_text
         C = got.astype(np.float64)
+        rows = error_rows(problem.shape)
         if case.tolerance is not None:
             precision = problem.dtype if problem.dtype in HALF else problem.args["precision"]
-            return compare_norm(C[error_rows(problem.shape)], case.expected, case.tolerance,
-                                what=f"{precision} results")
-        if case.what == "exact rows":
-            return compare_exact(C[error_rows(problem.shape)], case.expected, what="rows of C")
+            return compare_norm(C[..., rows, :], case.expected, case.tolerance, what=f"{precision} results")
+        broadcast = case.what.endswith("B broadcast")
+        if case.what.startswith("exact rows"):
+            return compare_exact(C[..., rows, :], case.expected,
+                                 what="rows of C" + (" (B broadcast)" if broadcast else ""))
         if case.expected is not None:
-            return compare_exact(C, case.expected)
+            return compare_exact(C, case.expected, **({"what": "elements (B broadcast)"} if broadcast else {}))
         A, B = case.inputs64
-        M, N, _ = problem.shape
+        _, M, N, _ = dims(problem.shape)
         for _ in range(3):
             v = rng.integers(-1000, 1001, size=(N, 1)).astype(np.float64)
             problem_text = compare_exact(C @ v, A @ (B @ v), what="C @ v (Freivalds' test)")
             if problem_text:
                 return problem_text
+        if C.ndim == 3:  # the sampled elements of one matrix of the stack
+            z = int(rng.integers(0, C.shape[0]))
+            C, A, B = C[z], A[z], B[z] if B.ndim == 3 else B
         rows, cols = rng.integers(0, M, size=32), rng.integers(0, N, size=16)
         return compare_exact(C[np.ix_(rows, cols)], A[rows] @ B[:, cols], what="sampled elements")
 
@@ -273,7 +325,7 @@ class MatmulFamily(KernelFamily):
         """Relative (Frobenius) error of ``error_rows`` of C against the float64 product of the same operands."""
         rows = error_rows(problem.shape)
         A, B = (np.asarray(a, np.float64) for a in inputs)
-        return relative_error(np.asarray(result, np.float64)[rows], A[rows] @ B)
+        return relative_error(np.asarray(result, np.float64)[..., rows, :], A[..., rows, :] @ B)
 
     # -- search -------------------------------------------------------------------------------------
     def seeds(self):
@@ -282,14 +334,22 @@ class MatmulFamily(KernelFamily):
     def default_params(self, problem) -> dict[str, Any]:
         """The space's defaults (CUDA cores) with fp64's vectors halved, and smaller tiles under 1024 rows and columns;
         at a TF32 precision, a tensor-core configuration that won big squares at both TF32 precisions (smaller
-        tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async."""
+        tiles likewise); for float16 and bfloat16 its tensor-core counterpart, fed through cp.async. A skinny
+        problem takes the gemv kernel (gemv.defaults), which reads the matrix once where a tile of C would be mostly
+        empty."""
+        _, M, N, _ = dims(problem.shape)
+        if problem.args["skinny"]:
+            from ...core.space import load_space
+
+            splits = load_space("matmul").params["SPLIT_K"].values
+            return gemv.defaults(dims(problem.shape), problem.dtype, problem.args, splits)
         params: dict[str, Any] = {"VEC": 2} if problem.dtype == "float64" else {}
         if problem.args["precision"] != "ieee":
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=8, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16)
         if problem.dtype in HALF:
             params.update(BM=128, BN=128, BK=32, TM=8, TN=8, MMA=16, A_SMEM="mmajor", UNROLL_K=16, GROUP_M=16,
                           VEC=4, ASYNC_STAGES=3)
-        if max(problem.shape[:2]) < 1024:
+        if max(M, N) < 1024:
             params.update(BM=64, BN=64, BK=16, TM=4, TN=4)
         return params
 
@@ -303,13 +363,17 @@ class MatmulFamily(KernelFamily):
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
         tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
         tried with ``EDGE: clamp`` first: a square winner runs a slightly smaller square markedly faster clamped,
-        and the committed winners of 1000^3 and 127x3000x511 are clamped."""
+        and the committed winners of 1000^3 and 127x3000x511 are clamped. A gemv start is split over K to fill the
+        GPU likewise (gemv.starts); a batched problem's blocks count every matrix's."""
+        if gemv.is_gemv(start):
+            return gemv.starts(start, dims(problem.shape), problem.dtype, problem.args, device.sm_count,
+                               space.params["SPLIT_K"].values)
         if not is_tiled(start):
             return []
-        M, N, _ = problem.shape
+        _, M, N, _ = dims(problem.shape)
         given = start.get("SPLIT_K", 1)
         splits = [given] if given > 1 else \
-            _filling_splits(start, problem.shape, device.sm_count, space.params["SPLIT_K"].values) + [1]
+            _filling_splits(start, dims(problem.shape), device.sm_count, space.params["SPLIT_K"].values) + [1]
         forms: list[dict[str, Any]] = []
         for split in dict.fromkeys(splits):
             if split == 1:
@@ -326,14 +390,18 @@ class MatmulFamily(KernelFamily):
         the smallest split that fills 90% of a wave of blocks (``problem_starts``' first form), else, where none
         does, the largest that keeps two K tiles per split; SPLIT_ADD kept where the configuration had one and it
         is valid, else the first valid way of combining; clamped edges exactly where the tiles overhang M or N.
-        wgmma configurations have neither and are kept as given."""
+        wgmma configurations have neither and are kept as given. A gemv configuration of a skinny problem takes the
+        short side's passes and the K split that fit the shape (``gemv.starts``' first form). A batched problem's
+        blocks count every matrix's."""
+        if gemv.is_gemv(params):
+            return self._fit_gemv(params, problem, device, space)
         if not is_tiled(params) or is_wgmma(params):
             return dict(params)
-        M, N, _ = problem.shape
+        _, M, N, _ = dims(problem.shape)
         add = params.get("SPLIT_ADD", "atomic") if params.get("SPLIT_K", 1) > 1 else "atomic"
         base = {k: v for k, v in params.items() if k not in ("SPLIT_K", "SPLIT_ADD")}
         base["EDGE"] = "clamp" if M % base["BM"] or N % base["BN"] else "interior"
-        split = _fitting_split(base, problem.shape, device.sm_count, space.params["SPLIT_K"].values)
+        split = _fitting_split(base, dims(problem.shape), device.sm_count, space.params["SPLIT_K"].values)
         key = (tuple(base.items()), add, split, problem.dtype, tuple(problem.args.items()), device.cc, id(space))
         if key not in self._fitted:  # a choice must cost well under a millisecond: validation is most of it
             if len(self._fitted) > 4096:
@@ -345,6 +413,16 @@ class MatmulFamily(KernelFamily):
             self._fitted[key] = next((c for c in checked if c is not None and self.unfit_for(c, device) is None),
                                      dict(params))
         return dict(self._fitted[key])
+
+    def _fit_gemv(self, params, problem, device, space) -> dict[str, Any]:
+        """``fit_config`` of a gemv configuration: fitted where the problem is skinny and the fitted form is valid,
+        else as given (a gemv configuration applies to skinny problems alone)."""
+        if not problem.args["skinny"]:
+            return dict(params)
+        fitted = gemv.starts(params, dims(problem.shape), problem.dtype, problem.args, device.sm_count,
+                             space.params["SPLIT_K"].values)[0]
+        checked = space.checked_or_none(fitted, dtype=problem.dtype, args=problem.args)
+        return checked if checked is not None else dict(params)
 
     def shape_set(self, name, dtype, args) -> list[tuple[int, ...]]:
         from .coverage import shape_set
@@ -391,9 +469,20 @@ class MatmulFamily(KernelFamily):
         return found
 
     def selftest_cases(self, small: bool):
+        """Odd shapes per dtype and layout; on the GPU also stacks (batch: every template that takes one, a stack
+        of 1 and one past a block of matrices) and skinny problems (the gemv kernel, both sides)."""
         shapes = [(1, 1, 1), (7, 13, 5), (37, 29, 41), (17, 19, 1), (130, 3, 9), (257, 263, 129), (1000, 1000, 1000)]
-        return [(dtype, {"layout": layout}, shapes[1:4] if small else shapes)
-                for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
+        cases = [(dtype, {"layout": layout}, shapes[1:4] if small else shapes)
+                 for dtype in self.dtypes[:1 if small else None] for layout in (LAYOUTS[:1] if small else LAYOUTS)]
+        if small:
+            return cases
+        stacks = [(1, 37, 29, 41), (3, 37, 29, 41), (5, 130, 67, 9)]
+        skinny = {"n": [(37, 1, 41), (1000, 7, 1000), (3001, 16, 129)], "m": [(1, 37, 41), (7, 1000, 1000)]}
+        for dtype in self.dtypes:
+            for layout in ("nn", "tt"):  # both forms of the gemv kernel on each side; both transposes of a stack
+                cases.append((dtype, {"layout": layout, "batch": "strided"}, stacks))
+                cases += [(dtype, {"layout": layout, "skinny": side}, found) for side, found in skinny.items()]
+        return cases
 
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
@@ -405,30 +494,32 @@ class MatmulFamily(KernelFamily):
 
     def bench_name(self, problem) -> str:
         layout, precision, out = (problem.args[a] for a in ("layout", "precision", "out_dtype"))
-        return "matmul" + ("" if layout == "nn" else f"-{layout}") + \
+        return "matmul" + ("-batched" if problem.args["batch"] else "") + ("" if layout == "nn" else f"-{layout}") + \
             ("" if problem.dtype == "float32" else f"-{problem.dtype}") + \
             ("" if precision == "ieee" else f"-{precision}") + ("" if out is None else f"-to-{out}")
 
 
-def _fitting_split(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> int:
-    """``fit_config``'s split: the first of ``_filling_splits``, else the largest that keeps two K tiles a split."""
+def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits) -> int:
+    """``fit_config``'s split: the first of ``_filling_splits``, else the largest that keeps two K tiles a split
+    (``shape``: B x M x N x K)."""
     filling = _filling_splits(start, shape, sm_count, splits)
     if filling:
         return filling[0]
-    return max((s for s in splits if shape[2] >= 2 * start["BK"] * s), default=1)
+    return max((s for s in splits if shape[3] >= 2 * start["BK"] * s), default=1)
 
 
-def _filling_splits(start: Mapping[str, Any], shape: tuple[int, ...], sm_count: int, splits) -> list[int]:
+def _filling_splits(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int,
+                    splits) -> list[int]:
     """The smallest K splits (1 included) that give 90% of one and of two waves of blocks, each split keeping two
-    K tiles.
+    K tiles (``shape``: B x M x N x K, the blocks of every matrix counted).
 
     A split that just misses a whole wave can beat the next one up, which pays twice the combining for a wave it
     barely fills: 64 tiles split 2 (0.97 of a wave on 132 SMs) won fp32 1024^3 and fp64 1000^3, where whole waves
     would start at split 4; and tiles that already fill 90% of a wave are best unsplit (128x256 tiles of 2048^3, 128
     blocks). For their tiles, this rule proposes the split of nearly every split-K entry in the committed
     databases, and 1 for all the unsplit ones."""
-    M, N, K = shape
-    blocks = -(-M // start["BM"]) * -(-N // start["BN"])
+    batch, M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"]) * batch
     found: list[int] = []
     for waves in (0.9, 1.8):
         split = next((s for s in splits if blocks * s >= waves * sm_count), None)

@@ -24,7 +24,9 @@ from ...runtime.calls import (
 )
 from ...runtime.launch import Plan
 from ...runtime.streams import as_stream
+from . import batch as batching
 from .family import family as matmul_family
+from .kernel import INT32_MAX
 
 __all__ = ["matmul", "matmul_call"]
 
@@ -68,16 +70,13 @@ def matmul_call(A, B, out, stream, library: Library, precision: str = "ieee", re
     if math.prod(batch) and M and N and not K:
         zero_fill(result, launch_stream)
     elif math.prod(batch) and M and N:
-        # A stack is several launches: an output that overlaps any matrix of an input is judged over the whole
-        # call (a launch must not overwrite what a later one reads), and the products go to a staging array.
+        # A stack may be several launches, and one launch reads every matrix of the stack: an output that overlaps
+        # any matrix of an input is judged over the whole call (no launch may overwrite what it or a later one
+        # reads), and the products go to a staging array.
         target = staged(result, (dA, dB), launch_stream)
         c3 = target.reshape(batch + (M, N))
-        plans = []
-        for index in np.ndindex(*batch):
-            a, b = stacked(a2, index, batch), stacked(b2, index, batch)
-            kernel = tuned_kernel("matmul", (M, N, K), dtype, layout=layout_of(a, "A") + layout_of(b, "B"),
-                                  precision=precision, out_dtype=args["out_dtype"])
-            plans.append(kernel.bind(a, b, out=c3[index] if index else c3, stream=launch_stream))
+        kernel_args = {"precision": precision, "out_dtype": args["out_dtype"]}
+        plans = stack_plans(a2, b2, c3, batch, dtype, kernel_args, launch_stream)
         replay.run(Plan.joined([*plans, unstaged(result, target, launch_stream)], result), result)
     return returned(result, library, out, scalar=shape == ())
 
@@ -95,6 +94,68 @@ def matmul_out_dtype(dtype: str, requested) -> str:
         raise TypeError(f"matmul: dtype={name} is not supported for {dtype} operands (only {dtype}, and float32 "
                         f"for float16 and bfloat16 operands); convert the operands")
     return name
+
+
+def stack_plans(a2, b2, c3, batch: tuple[int, ...], dtype: str, kernel_args: dict, stream) -> list[Plan]:
+    """The launches of ``c3 = a2 @ b2`` over the stack ``batch`` (NumPy's broadcasting), fewest first:
+
+    - one matrix: the kernel tuned for it;
+    - a C-contiguous stack times one matrix: one product of all the stack's rows ((B*M, K) @ (K, N), a single
+      problem whose tiles span the matrices), where its indices stay 32-bit;
+    - else one batched launch (problem B x M x N x K, batch.py) for every index of the leading batch dimensions
+      whose trailing ones collapse to two levels of strides: one launch for stacks of one batch dimension each,
+      broadcast or not, and for any stack that collapses so;
+    - where an operand's matrices are in neither layout or a stride is negative, the matrices one by one (the
+      unbatched kernel, as NumPy's semantics ask: each matrix checked on its own)."""
+    M, K = tuple(a2.shape)[-2:]
+    N = tuple(b2.shape)[-1]
+    if not batch:
+        return [tuned_kernel("matmul", (M, N, K), dtype, layout=layout_of(a2, "A") + layout_of(b2, "B"),
+                             **kernel_args).bind(a2, b2, out=c3, stream=stream)]
+    rows = math.prod(batch) * M
+    if math.prod(tuple(b2.shape)[:-2]) == 1 and tuple(a2.shape[:-2]) == batch and arrays.is_c_contiguous(a2) and \
+            rows * K <= INT32_MAX and rows * N <= INT32_MAX:
+        b = b2 if b2.ndim == 2 else b2[(0,) * (b2.ndim - 2)]
+        return stack_plans(a2.reshape(rows, K), b, c3.reshape(rows, N), (), dtype, kernel_args, stream)
+    split = stack_split(a2, b2, batch)
+    if split is None:
+        return [stack_plans(stacked(a2, index, batch), stacked(b2, index, batch), c3[index], (), dtype,
+                            kernel_args, stream)[0] for index in np.ndindex(*batch)]
+    layout = "".join(batching.matrix_order(tuple(x.shape)[-2:], batching.element_strides(x)[-2:])
+                     for x in (a2, b2))
+    kernel = tuned_kernel("matmul", (math.prod(batch[split:]), M, N, K), dtype, layout=layout, **kernel_args)
+    return [kernel.bind(leading(a2, index, batch), leading(b2, index, batch), c3[index] if index else c3,
+                        stream=stream) for index in np.ndindex(*batch[:split])]
+
+
+def stack_split(a2, b2, batch: tuple[int, ...]) -> int | None:
+    """How many leading batch dimensions to launch one by one so that the rest collapse to two levels of strides
+    (batch.collapse), the fewest; None where a batched kernel cannot read the operands (a matrix in neither
+    layout, a negative stride) or only single matrices remain."""
+    strides = []
+    for x in (a2, b2):
+        steps = batching.element_strides(x)
+        if batching.matrix_order(tuple(x.shape)[-2:], steps[-2:]) is None or any(s < 0 for s in steps):
+            return None
+        lead = len(batch) - (x.ndim - 2)
+        strides.append((0,) * lead + tuple(0 if n == 1 else s for n, s in zip(tuple(x.shape)[:-2], steps[:-2])))
+    M, N = tuple(a2.shape)[-2], tuple(b2.shape)[-1]
+    c_steps = tuple(math.prod(batch[i + 1:]) * M * N for i in range(len(batch)))
+    for split in range(len(batch)):
+        rest = [tuple(s[split:]) for s in (*strides, c_steps)]
+        if len(batching.collapse(batch[split:], rest)) <= 2:
+            return split
+    return None
+
+
+def leading(d, index: tuple[int, ...], batch: tuple[int, ...]):
+    """The sub-stack of ``d`` at the leading batch ``index`` (its own leading dimensions aligned to the end of
+    ``batch``; those it lacks or has of one are broadcast)."""
+    lead = d.ndim - 2 - (len(batch) - len(index))
+    if lead <= 0:
+        return d
+    own = tuple(0 if n == 1 else i for i, n in zip(index[len(index) - lead:], tuple(d.shape)[:lead]))
+    return d[own]
 
 
 def stacked(d, index: tuple[int, ...], batch: tuple[int, ...]):

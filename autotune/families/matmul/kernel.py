@@ -5,7 +5,15 @@ SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; lik
 belong to the kernel object and are kept per stream (see autotune/runtime/streams.py), so calls on different streams
 never share them. So are the TF32-rounded copies of A and B that a variant reading rounded copies multiplies
 ((M + N) x K floats; see autotune/families/matmul/tf32_copies.py): each call first writes them, then the wgmma kernel
-reads them.
+reads them; and the float32 workspace of a gemv variant whose K slices meet there (M x N per matrix).
+
+A batched kernel (family argument batch "strided", a problem B x M x N x K) takes stacks: A of shape (..., M, K),
+B of shape (..., K, N), their leading (batch) dimensions broadcasting as NumPy's, so that an operand of shape
+(M, K) (or (1, M, K)) is one matrix every product reads; C is the C-contiguous stack (..., M, N). Each matrix is
+stored as the layout says (a 't' operand's matrices are transposes of C-contiguous ones: ``x.swapaxes(-1, -2)``
+of a C-contiguous stack, PyTorch's ``x.mT``); the stack around them may be strided. One launch multiplies them all
+(autotune/families/matmul/batch.py), where their batch dimensions collapse to two levels of strides; otherwise
+the call raises and says so.
 """
 from __future__ import annotations
 
@@ -17,10 +25,13 @@ from ...core.device import gpu_required
 from ...core.dtypes import kernel_view, storage
 from ...core.family import Kernel
 from ...runtime import arrays, result_pool
-from ...runtime.launch import Plan, Planned, configure, zero
+from ...runtime.launch import Plan, Planned, configure, elementwise, zero
 from ...runtime.libraries import library_of
 from ...runtime.streams import DEFAULT, as_stream, follow, stream_key
+from . import batch as batching
+from . import gemv
 from .config import (
+    BATCH_ARGS,
     accumulator_dtype,
     dynamic_shared_bytes,
     is_tma,
@@ -40,11 +51,15 @@ def index_type(params: Mapping[str, Any]) -> str:
     return "int32" if params.get("INDEX_BITS") == 32 else "int64"
 
 
-def signature(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> str:
+def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any] | None = None) -> str:
+    """The kernel's Numba signature; ``args``: the family arguments (out_dtype, and batch and skinny, which decide
+    the arguments of a batched or a gemv kernel)."""
+    args = args or {}
     arr, it = f"{storage(dtype)}[::1]", index_type(params)
-    types = {"A": arr, "B": arr, "C": f"{storage(out_dtype or dtype)}[::1]", "W": f"{accumulator_dtype(dtype)}[::1]",
-             "counters": "int32[::1]", "maps": "uint8[::1]", "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean"}
-    return f"void({', '.join(types.get(name, it) for name in kernel_args(params))})"
+    types = {"A": arr, "B": arr, "C": f"{storage(args.get('out_dtype') or dtype)}[::1]",
+             "W": f"{accumulator_dtype(dtype)}[::1]", "counters": "int32[::1]", "maps": "uint8[::1]",
+             "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean", **{name: "int64" for name in BATCH_ARGS}}
+    return f"void({', '.join(types.get(name, it) for name in kernel_args(params, args, dtype))})"
 
 
 class MatmulKernel(Planned, Kernel):
@@ -60,7 +75,8 @@ class MatmulKernel(Planned, Kernel):
         self.layout = args["layout"]
         self.out_dtype = args.get("out_dtype") or dtype
         self.entry = module.matmul
-        self.arg_names = kernel_args(params)
+        self.arg_names = kernel_args(params, args, dtype)
+        self.batched = bool(args.get("batch"))
         self._launches: dict[tuple[int, int, int], tuple] = {}
         self._copies: dict[tuple, tuple] = {}
         self._aligned: dict[tuple, Any] = {}
@@ -74,7 +90,7 @@ class MatmulKernel(Planned, Kernel):
 
     @property
     def signature(self) -> str:
-        return signature(self.params, self.dtype, self.out_dtype)
+        return signature(self.params, self.dtype, self.args)
 
     def _operand(self, x, name: str, transposed: bool):
         d = arrays.to_device(x, name)
@@ -99,12 +115,15 @@ class MatmulKernel(Planned, Kernel):
             return tuple(WGMMA_VECTOR_BYTES // np.dtype(t).itemsize for t in (self.dtype, self.dtype, self.out_dtype))
         return (self.params.get("VEC", 1),) * 3
 
-    def _launch_config(self, M: int, N: int, K: int, stream):
-        """The launch configuration, K chunk and workspace of calls of this shape on this stream."""
-        key = (M, N, K, stream_key(stream))
+    def _launch_config(self, M: int, N: int, K: int, stream, count: int = 0):
+        """The launch configuration, K chunk and workspace of calls of this shape on this stream; ``count``: the
+        matrices of a batched launch, one per grid row z (0: an unbatched kernel)."""
+        key = (M, N, K, count, stream_key(stream))
         if key not in self._launches:
             p = self.params
-            if p["strategy"] == "naive":
+            if gemv.is_gemv(p):
+                grid, block, k_chunk = gemv.launch_shape(p, self.args, M, N, K)
+            elif p["strategy"] == "naive":
                 grid, block, k_chunk = ((M + 15) // 16, (N + 15) // 16), (16, 16), K
             elif p["strategy"] == "shared16":
                 grid, block, k_chunk = ((N + 15) // 16, (M + 15) // 16), (16, 16), K
@@ -113,22 +132,29 @@ class MatmulKernel(Planned, Kernel):
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
+            if count:
+                grid = (*grid, count)
             shared = dynamic_shared_bytes(p, self.dtype)
             self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
-                                   self._scratch(grid))
+                                   self._scratch(grid, M * N * max(count, 1)))
         return self._launches[key]
 
-    def _scratch(self, grid) -> tuple:
-        """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block, kept per shape (the
-        counters are zeroed once here; the kernel resets them); for other variants, one-element stand-ins made
-        once per kernel."""
+    def _scratch(self, grid, outputs: int) -> tuple:
+        """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block (every matrix's, for a
+        batched launch), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
+        workspace of a gemv variant whose K slices meet there (``outputs`` elements, C's); for other variants,
+        one-element stand-ins made once per kernel."""
         from numba import cuda
 
         p = self.params
+        if gemv.is_gemv(p) and gemv.workspace(p, self.out_dtype):
+            return cuda.device_array(outputs, dtype=np.float32), None
         if split_add(p) == "last_block":
-            tiles, slices = grid
-            return (cuda.device_array(tiles * slices * p["BM"] * p["BN"], dtype=accumulator_dtype(self.dtype)),
-                    cuda.to_device(np.zeros(tiles, dtype=np.int32)))
+            tiles, slices, *count = grid
+            matrices = count[0] if count else 1
+            partials = tiles * slices * p["BM"] * p["BN"] * matrices
+            return (cuda.device_array(partials, dtype=accumulator_dtype(self.dtype)),
+                    cuda.to_device(np.zeros(tiles * matrices, dtype=np.int32)))
         if self._stand_ins is None:
             self._stand_ins = (cuda.device_array(1, dtype=accumulator_dtype(self.dtype)),
                                cuda.device_array(1, dtype=np.int32))
@@ -161,6 +187,8 @@ class MatmulKernel(Planned, Kernel):
             return self._prepare_checked(A, B, out, stream)
 
     def _prepare_checked(self, A, B, out, stream):
+        if self.batched:
+            return self._prepare_stack(A, B, out, stream)
         dA, a_flat, lda = self._operand(A, "A", self.layout[0] == "t")
         dB, b_flat, ldb = self._operand(B, "B", self.layout[1] == "t")
         (M, K), (K2, N) = dA.shape, dB.shape
@@ -174,25 +202,67 @@ class MatmulKernel(Planned, Kernel):
         return C, lambda: self._into(C, target, lambda: self.launch(a_flat, b_flat, c_flat, M, N, K, lda, ldb, stream),
                                      stream)
 
-    def _output(self, out, M: int, N: int, stream):
+    def _prepare_stack(self, A, B, out, stream):
+        """A batched call: the operands' stacks (see the module docstring) as one launch's strides."""
+        ops = []
+        for x, name, transposed in ((A, "A", self.layout[0] == "t"), (B, "B", self.layout[1] == "t")):
+            d = arrays.to_device(x, name)
+            arrays.check_dtype(d, name, self.dtype, self.family.dtypes)
+            ops.append((d, batching.operand(d, name, transposed)))
+        (dA, a), (dB, b) = ops
+        (M, K), (K2, N) = (a.rows, a.cols), (b.rows, b.cols)
+        if K != K2:
+            raise ValueError(f"shapes {tuple(dA.shape)} and {tuple(dB.shape)} do not align for A @ B (K {K} != {K2})")
+        if min(M, N, K) == 0:
+            raise ValueError(f"matmul needs M, N, K >= 1, got M={M}, N={N}, K={K}")
+        try:
+            shape = np.broadcast_shapes(a.batch, b.batch)
+        except ValueError:
+            raise ValueError(f"the stacks of A {tuple(dA.shape)} and B {tuple(dB.shape)} do not broadcast") from None
+        C = self._output(out, M, N, stream, shape)
+        c_steps = tuple(int(np.prod(shape[i + 1:])) * M * N for i in range(len(shape)))
+        stack = batching.stack_of(shape, batching.broadcast(shape, a), batching.broadcast(shape, b), c_steps)
+        if stack is None:
+            raise ValueError(f"the stacks of A {tuple(dA.shape)} and B {tuple(dB.shape)} need more than two batch "
+                             f"strides per operand: launch their leading matrices one call each (autotune.matmul "
+                             f"does)")
+        target = self._scratch_for(C, dA, dB, stream=stream)
+        if not stack.count:
+            return C, lambda: None
+        c_flat = arrays.flat(target)
+        return C, lambda: self._into(C, target, lambda: self._launch_stack(a, b, c_flat, K, stack, stream), stream)
+
+    def _launch_stack(self, a, b, c_flat, K: int, stack, stream) -> None:
+        """The launches of a checked stack: one, or one per MAX_GRID_Z matrices."""
+        M, N = a.rows, b.cols
+        for (ao, bo, co), chunk in batching.chunks(stack):
+            self.launch(a.flat[ao:], b.flat[bo:], c_flat[co:co + chunk.count * M * N], M, N, K, a.ld, b.ld, stream,
+                        stack=chunk)
+
+    def _output(self, out, M: int, N: int, stream, stack: tuple[int, ...] = ()):
+        shape = (*stack, M, N)
         if out is None:
-            return result_pool.empty((M, N), self.out_dtype, "C", stream)
+            return result_pool.empty(shape, self.out_dtype, "C", stream)
         if arrays.is_host(out):
             raise TypeError("out must be a device array (CuPy, PyTorch CUDA or Numba), not a NumPy array")
         C = arrays.to_device(out, "out")
         arrays.check_dtype(C, "out", self.out_dtype, self.family.dtypes)
-        if tuple(C.shape) != (M, N) or not arrays.is_c_contiguous(C):
-            raise ValueError(f"out must be a C-contiguous ({M}, {N}) array, got shape {tuple(C.shape)}")
+        if tuple(C.shape) != shape or not arrays.is_c_contiguous(C):
+            raise ValueError(f"out must be a C-contiguous {shape} array, got shape {tuple(C.shape)}")
         return C
 
-    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int, stream=DEFAULT) -> None:
-        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py)."""
+    def launch(self, a_flat, b_flat, c_flat, M: int, N: int, K: int, lda: int, ldb: int, stream=DEFAULT,
+               stack=None) -> None:
+        """Launch on flat, already-checked device arrays (the tuner's path), on ``stream`` (see streams.py); a
+        batched kernel's ``stack`` (batch.Stack) says where its matrices lie in them."""
         p = self.params
         a_flat, b_flat, c_flat = kernel_view(a_flat), kernel_view(b_flat), kernel_view(c_flat)
-        if self._int is np.int32 and max(a_flat.size, b_flat.size, c_flat.size) > INT32_MAX:
+        spans = (a_flat.size, b_flat.size, c_flat.size) if stack is None else (M * K, K * N, M * N)
+        if self._int is np.int32 and max(spans) > INT32_MAX:
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
-        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream)
+        count = 0 if stack is None else stack.count
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream, count)
         if reads_rounded_copies(p):
             a_flat, b_flat, lda, ldb = self._rounded_copies(a_flat, b_flat, M, N, K, lda, ldb, stream)
         maps = None
@@ -202,15 +272,24 @@ class MatmulKernel(Planned, Kernel):
                                                 for x, (rows, cols, _), ld, name
                                                 in zip((a_flat, b_flat), self._read_as(M, N, K), (lda, ldb), "AB"))
             maps = self._tensor_maps(a_flat, b_flat, M, N, K, lda, ldb)
-        vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0)
-                               for x, ld, vec in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs))
-        if split_add(p) in ("atomic", "vector"):  # the slices add into C
+        steps = ((0, 0),) * 3 if stack is None else (stack.a, stack.b, stack.c)
+        vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0 and not any(s % vec for s in step))
+                               for x, ld, vec, step in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs, steps))
+        finish = gemv.is_gemv(p) and gemv.workspace(p, self.out_dtype)
+        if finish:  # the K slices add into the float32 workspace, then finish() rounds it into C
+            self._enqueue(*zero(self.module, partials, self.simulator, stream))
+        elif split_add(p) in ("atomic", "vector"):  # the slices add into C
             self._enqueue(*zero(self.module, c_flat, self.simulator, stream))
         i = self._int
         values = {"A": a_flat, "B": b_flat, "C": c_flat, "W": partials, "counters": counters, "M": i(M), "N": i(N),
                   "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,
                   "vec_b": vec_b, "vec_c": vec_c, "maps": maps}
+        if stack is not None:
+            values.update(zip(BATCH_ARGS, map(np.int64, (stack.inner, *stack.a, *stack.b, stack.c[1]))))
         self._enqueue(configured, *(values[name] for name in self.arg_names))
+        if finish:
+            self._enqueue(elementwise(self.module.finish, c_flat.size, self.simulator, stream), partials, c_flat,
+                          np.int64(c_flat.size))
 
     def _read_as(self, M: int, N: int, K: int) -> tuple[tuple[int, int, bool], tuple[int, int, bool]]:
         """Rows, columns and K-majorness of A and B as the kernel reads them: as stored (A M x K, B K x N, each
@@ -270,7 +349,12 @@ class MatmulKernel(Planned, Kernel):
 
     def helper_kernels(self) -> list[tuple[Any, str]]:
         """The copy kernels a variant launches first where it needs them: a variant reading rounded copies, those
-        of its layout; a TMA variant, the copy into aligned rows; none otherwise."""
+        of its layout; a TMA variant, the copy into aligned rows; a gemv variant whose K slices meet in a float32
+        workspace, the kernel that rounds it into C; none otherwise."""
+        if gemv.is_gemv(self.params):
+            if not gemv.workspace(self.params, self.out_dtype):
+                return []
+            return [(self.module.finish, f"void(float32[::1], {storage(self.out_dtype)}[::1], int64)")]
         if not reads_rounded_copies(self.params):
             if not is_tma(self.params):
                 return []

@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 
 from ...core.oracle import relative_error
-from .config import ERROR_ROWS
+from .config import ERROR_ROWS, dims
 
 
 def error_rows(shape: tuple[int, ...]) -> np.ndarray:
     """The rows of C whose error a rounded precision's check measures: all, or up to ERROR_ROWS (fewer where N*K
-    is large, to bound the reference's cost) spread over M."""
-    M, N, K = shape
-    count = min(M, max(8, min(ERROR_ROWS, (1 << 31) // (N * K))))
+    is large, to bound the reference's cost) spread over M; of every matrix of a stack."""
+    B, M, N, K = dims(shape)
+    count = min(M, max(8, min(ERROR_ROWS, (1 << 31) // (B * N * K))))
     return np.unique(np.linspace(0, M - 1, count).astype(np.int64))
 
 
@@ -27,10 +27,11 @@ def tf32_round(x: np.ndarray) -> np.ndarray:
 def fma_chain(A: np.ndarray, B: np.ndarray) -> np.ndarray:
     """A @ B (float32) as an ieee kernel without split-K computes it: each element one chain of fp32 FMAs over k
     in order. The product of two float32 is exact in float64, so a float64 add rounded to float32 is the FMA
-    (but for rare double roundings)."""
-    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
-    for k in range(A.shape[1]):
-        acc = (acc + np.outer(A[:, k].astype(np.float64), B[k].astype(np.float64))).astype(np.float32)
+    (but for rare double roundings). Stacks broadcast as np.matmul's."""
+    A, B = (np.asarray(x, np.float64) for x in (A, B))
+    acc = np.zeros(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1]), np.float32)
+    for k in range(A.shape[-1]):
+        acc = (acc + A[..., :, k:k + 1] * B[..., k:k + 1, :]).astype(np.float32)
     return acc
 
 
@@ -39,9 +40,9 @@ def tensor_core_chain(A: np.ndarray, B: np.ndarray, step: int = 16) -> np.ndarra
     with truncation (round toward zero), the tensor cores' accumulation. Its error is a few times the fp32 FMA
     chain's, and the wgmma kernels' errors lie between the two (``lab/wgmma_check.py`` measures them)."""
     A, B = (np.asarray(x, np.float64) for x in (A, B))
-    acc = np.zeros((A.shape[0], B.shape[1]), np.float32)
-    for k in range(0, A.shape[1], step):
-        exact = acc + A[:, k:k + step] @ B[k:k + step]
+    acc = np.zeros(np.broadcast_shapes(A.shape[:-2], B.shape[:-2]) + (A.shape[-2], B.shape[-1]), np.float32)
+    for k in range(0, A.shape[-1], step):
+        exact = acc + A[..., k:k + step] @ B[..., k:k + step, :]
         acc = exact.astype(np.float32)
         away = np.abs(acc) > np.abs(exact)  # rounded away from zero: one step back towards it
         acc[away] = np.nextafter(acc[away], np.float32(0))
