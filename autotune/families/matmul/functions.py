@@ -115,7 +115,7 @@ def stack_plans(a2, b2, c3, batch: tuple[int, ...], dtype: str, kernel_args: dic
     rows = math.prod(batch) * M
     if math.prod(tuple(b2.shape)[:-2]) == 1 and tuple(a2.shape[:-2]) == batch and arrays.is_c_contiguous(a2) and \
             rows * K <= INT32_MAX and rows * N <= INT32_MAX:
-        b = b2 if b2.ndim == 2 else b2[(0,) * (b2.ndim - 2)]
+        b = b2 if b2.ndim == 2 else arrays.indexed(b2, (0,) * (b2.ndim - 2))
         return stack_plans(a2.reshape(rows, K), b, c3.reshape(rows, N), (), dtype, kernel_args, stream)
     split = stack_split(a2, b2, batch)
     if split is None:
@@ -155,7 +155,7 @@ def leading(d, index: tuple[int, ...], batch: tuple[int, ...]):
     if lead <= 0:
         return d
     own = tuple(0 if n == 1 else i for i, n in zip(index[len(index) - lead:], tuple(d.shape)[:lead]))
-    return d[own]
+    return arrays.indexed(d, own)
 
 
 def stacked(d, index: tuple[int, ...], batch: tuple[int, ...]):
