@@ -22,7 +22,7 @@ __all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "Ke
 __version__ = "0.2.0"
 
 _WHERE = {**{name: "functions" for name in FUNCTIONS},
-          "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "runtime.lookup",
+          "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "core.caller",
           "register_family": "core.registry", "KernelFamily": "core.family", "FamilyArg": "core.family",
           "Kernel": "core.family", "Case": "core.family", "Predicate": "core.constraints",
           "compare_exact": "core.oracle", "compare_close": "core.oracle", "unwritten": "core.oracle",

@@ -14,7 +14,7 @@ from autotune.core.problem import Problem
 from autotune.core.space import load_space
 from autotune.core.yamlfast import libyaml_usable, parse_yaml_fast
 from autotune.core.yamlfile import YamlFileError, parse_yaml
-from autotune.runtime import db, db_cache
+from autotune.runtime import db, db_cache, db_records
 
 SIM = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
 
@@ -105,7 +105,7 @@ def test_a_lookup_unpickles_only_the_entries_of_its_kind(tmp_path, no_parse):
     problem = Problem("matmul", (64, 64, 64), "float32", {"layout": "nn"})
     found = cached.like(problem)
     assert [e.problem.shape for e in found] == [(64, 32, 16), (65, 33, 17)]
-    assert list(cached._kinds) == [db.kind_of(problem)]  # the other kinds are still bytes
+    assert list(cached._kinds) == [db_records.kind_of(problem)]  # the other kinds are still bytes
     assert cached.like(Problem("reduce", (9,), "float32", {"op": "min"})) == []
     assert [e.problem.key for e in cached.entries] == in_file_order  # all of them, in file order
 

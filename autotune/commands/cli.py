@@ -31,11 +31,12 @@ from ..core.registry import BUILTIN, command_spec
 from ..core.registry import family as family_named
 from ..tuning.records import COMPILE_TIMEOUT_S
 from .family_option import add_family_option, chosen_all, chosen_one, family_flags, family_values, preload, rewritten
+from .options import (EXIT_ERROR, EXIT_NO_GPU, dtype_arg, gpu_indices, non_negative_float, positive_float,
+                      positive_int, require_gpu)
 
 SUITE_TIME_LIMIT_S = 800.0  # a family's standard suite is tuned within about 14 minutes unless told otherwise
 MIN_SHAPE_S = 30.0  # under a time limit, each shape still gets this long
 
-EXIT_ERROR, EXIT_NO_GPU = 2, 3
 TUNING = ("matmul", "reduce")  # the two tuning commands named after built-in families
 
 
@@ -152,44 +153,6 @@ def parser(chosen: list | None = None) -> argparse.ArgumentParser:
     return p
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {value}")
-    return value
-
-
-def _number(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if math.isnan(value):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    value = _number(text)
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0, got {text}")
-    return value
-
-
-def _non_negative_float(text: str) -> float:
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {text}")
-    return value
-
-
-def _dtype_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dtype", default="float32", help="element type (default float32; the family says which it has)")
-
-
 def _shape_arg(p: argparse.ArgumentParser, impl, default: str) -> None:
     form = impl.shape_help if impl is not None and impl.shape_help else "dimensions joined by x"
     p.add_argument("--shape", action="append", metavar="SHAPE",
@@ -199,13 +162,13 @@ def _shape_arg(p: argparse.ArgumentParser, impl, default: str) -> None:
 
 def _tune_args(p: argparse.ArgumentParser, impl=None) -> None:
     _shape_arg(p, impl, "the family's standard suite")
-    _dtype_arg(p)
+    dtype_arg(p)
     p.add_argument("--device", default="0", help="GPU index, or several: 0,1 (one worker per GPU, one study)")
-    p.add_argument("--trials", type=_positive_int, help="measured variants per shape (default 60; 6 in the simulator)")
-    p.add_argument("--timeout", type=_positive_float,
+    p.add_argument("--trials", type=positive_int, help="measured variants per shape (default 60; 6 in the simulator)")
+    p.add_argument("--timeout", type=positive_float,
                    help="end each shape after about this many seconds: what is compiled is measured, compiles "
                         "still running are queued for the next run")
-    p.add_argument("--time-limit", type=_non_negative_float, metavar="SECONDS",
+    p.add_argument("--time-limit", type=non_negative_float, metavar="SECONDS",
                    help="end the whole run after about this many seconds, each shape taking the time left over the "
                         "shapes left (at most --timeout); 0: no limit (default: %g s for the standard suite, "
                         "none for shapes given with --shape)" % SUITE_TIME_LIMIT_S)
@@ -222,11 +185,11 @@ def _tune_args(p: argparse.ArgumentParser, impl=None) -> None:
     p.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     p.add_argument("--force", action="store_true", help="replace database entries even when slower")
     p.add_argument("--no-db", action="store_true", help="do not write the database")
-    p.add_argument("--compile-workers", type=_positive_int,
+    p.add_argument("--compile-workers", type=positive_int,
                    help="CPU processes compiling ahead of the GPU (default: one fewer than the CPUs, at most 16)")
-    p.add_argument("--job-timeout", type=_positive_float, default=90.0,
+    p.add_argument("--job-timeout", type=positive_float, default=90.0,
                    help="seconds a variant may take to check and time before its worker is restarted (default 90)")
-    p.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
+    p.add_argument("--compile-timeout", type=positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile before it counts as failed (default %(default)g)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator: tiny shape, meaningless timings, no database write "
@@ -247,7 +210,7 @@ def _bench_parser(sub, common, chosen: list) -> None:
                        "is short for `autotune bench --family matmul`.")
     add_family_option(b, chosen, what="the family to bench", required=True, arguments=True)
     _shape_arg(b, chosen[0] if chosen else None, "the family's standard suite")
-    _dtype_arg(b)
+    dtype_arg(b)
     b.add_argument("--device", default="0", help="GPU index (default 0)")
     b.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db; the shipped one after)")
     b.add_argument("--out", help="folder for the Markdown table, its JSON rows and the plot (default bench/; "
@@ -276,7 +239,7 @@ def _selftest_parser(sub, common, chosen: list) -> None:
     add_family_option(s, chosen, what="only this family (default: the built-in ones)", repeatable=True)
     s.add_argument("--kind", action="append", dest="family", help=argparse.SUPPRESS)  # the first releases' name
     s.add_argument("--dtype", action="append", help="only this dtype (repeatable; default: every dtype of each family)")
-    s.add_argument("--compile-timeout", type=_positive_float, default=COMPILE_TIMEOUT_S,
+    s.add_argument("--compile-timeout", type=positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
                         "would skip them (default %(default)g, as tune's)")
     s.set_defaults(run=run_selftest)
@@ -292,16 +255,16 @@ def _replay_parser(sub, common) -> None:
                        "of random sampling at the same number of trials.")
     r.add_argument("sweep", metavar="SWEEP", help="a sweep file (benchmarks/sweeps/*.yaml)")
     r.add_argument("--sampler", default="tpe", choices=["tpe", "random", "grid", "cmaes"])
-    r.add_argument("--trials", type=_positive_int, default=100, help="trials per search (default 100)")
-    r.add_argument("--seeds", type=_positive_int, default=30, help="searches, seeds 0..S-1 (default 30)")
-    r.add_argument("--startup-trials", type=_positive_int, default=10,
+    r.add_argument("--trials", type=positive_int, default=100, help="trials per search (default 100)")
+    r.add_argument("--seeds", type=positive_int, default=30, help="searches, seeds 0..S-1 (default 30)")
+    r.add_argument("--startup-trials", type=positive_int, default=10,
                    help="tpe: random trials before it models the results (default 10, as tune)")
     r.add_argument("--no-starts", action="store_true", help="without the search space's starting configurations")
     r.add_argument("--no-refine", action="store_true", help="without the neighbours of the fastest so far, as tune")
     r.add_argument("--neighbours", metavar="DB_FILE", action="append",
                    help="start from the winners of the 3 nearest other shapes in this database file, as tune does "
                         "(repeatable; the sweep's own shape is left out)")
-    r.add_argument("--compile-workers", type=_positive_int, help="compile processes the clock assumes (default: "
+    r.add_argument("--compile-workers", type=positive_int, help="compile processes the clock assumes (default: "
                    "as recorded)")
     r.add_argument("--json", action="store_true", help="print one JSON object: a list of budgets, each with trials, "
                    "median_fraction, p10_fraction, score")
@@ -340,7 +303,7 @@ def _render_parser(sub, common, chosen: list) -> None:
     r.add_argument("--param", "-p", action="append", default=[], metavar="NAME=VALUE",
                    help="a template parameter's value (repeatable); parameters left out take their defaults (the "
                         "family's parameters and values: --family NAME --help)")
-    _dtype_arg(r)
+    dtype_arg(r)
     r.add_argument("--simulator", action="store_true", help="the rendering for the CUDA simulator")
     r.set_defaults(run=run_render)
 
@@ -355,7 +318,7 @@ def _warm_parser(sub, common, chosen: list) -> None:
                        "checks it is complete. Prints each entry's compile seconds, registers and spills.")
     w.add_argument("--db", help="a database file or folder (default: the folders lookups read)")
     w.add_argument("--cc", help="compute capability such as 9.0: compile for it without a GPU (files of GPUs with it)")
-    w.add_argument("--jobs", type=_positive_int, help="compile processes (default: the CPUs)")
+    w.add_argument("--jobs", type=positive_int, help="compile processes (default: the CPUs)")
     w.add_argument("--ship", action="store_true",
                    help="with --cc: build the shipped database's code into tuned_db/code (only what is missing; "
                    "code no entry needs is removed)")
@@ -417,30 +380,6 @@ def problems_of(args, impl, default_suite) -> list:
     return [Problem(impl.name, parse_shape(s, impl), args.dtype, values) for s in shapes]
 
 
-def _devices(text: str) -> tuple[int, ...]:
-    try:
-        devices = tuple(int(d) for d in str(text).split(","))
-    except ValueError:
-        raise ValueError(f"--device takes GPU indices such as 0 or 0,1; got {text!r}") from None
-    if any(d < 0 for d in devices):
-        raise ValueError(f"--device takes GPU indices such as 0 or 0,1; got {text!r}")
-    return devices
-
-
-def require_gpu(args, command: str, dry_run: bool = True) -> bool:
-    from ..core.device import gpu_available
-
-    if getattr(args, "simulator", False) or gpu_available():
-        return True
-    hint = (f"  For a dry run of the whole pipeline in Numba's CUDA simulator (tiny shape, meaningless timings):\n"
-            f"      autotune {command} --simulator" if dry_run else
-            "  It times kernels against vendor libraries, which needs a GPU; `autotune selftest --simulator` checks "
-            "kernels without one.")
-    logger.error(f"autotune: no CUDA GPU is visible on this machine, so `autotune {command}` cannot measure "
-                 f"anything.\n{hint}")
-    return False
-
-
 # -- tune -----------------------------------------------------------------------------------------------
 def run_tune(args) -> int:
     impl = chosen_one(args)
@@ -469,7 +408,7 @@ def tune_problems(args, impl, pools) -> int:
 
     impl = family_named(impl) if isinstance(impl, str) else impl
     sim = args.simulator
-    devices = _devices(args.device)
+    devices = gpu_indices(args.device)
     if not sim:
         from numba import cuda
 
@@ -572,7 +511,7 @@ def run_bench(args) -> int:
     if not args.simulator:
         from numba import cuda
 
-        cuda.select_device(_devices(args.device)[0])
+        cuda.select_device(gpu_indices(args.device)[0])
     suite = impl.dry_run_shapes if args.simulator and not args.shape else impl.suite
     problems = held_out_problems(args, impl) if args.held_out else problems_of(args, impl, suite)
     run_suite(problems, db=args.db, out_dir=args.out or ("benchmarks" if args.held_out else "bench"),
@@ -599,7 +538,7 @@ def run_selftest(args) -> int:
     if not args.simulator:
         from numba import cuda
 
-        cuda.select_device(_devices(args.device)[0])
+        cuda.select_device(gpu_indices(args.device)[0])
     return 0 if selftest(small=args.simulator, kinds=tuple(f.name for f in families),
                          dtypes=tuple(args.dtype) if args.dtype else None,
                          compile_timeout_s=args.compile_timeout) else 1

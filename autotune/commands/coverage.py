@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from ..core.registry import family as family_named
-from .cli import EXIT_NO_GPU, _devices, _dtype_arg, _non_negative_float, _positive_float, _positive_int, require_gpu
+from .options import EXIT_NO_GPU, gpu_indices, dtype_arg, non_negative_float, positive_float, positive_int, require_gpu
 from .family_option import add_family_option, chosen_one, family_values
 
 
@@ -38,27 +38,27 @@ def _coverage_parser(sub, common, chosen: list) -> None:
     p = sub.add_parser("coverage", parents=[common], description=description,
                        help="measure a family over its documented shapes (for a fitted rule)")
     add_family_option(p, chosen[:1], what="the family to measure", required=True, arguments=True)
-    _dtype_arg(p)
+    dtype_arg(p)
     p.add_argument("--set", dest="shape_set", default="coverage", choices=["coverage", "held-out"],
                    help="the shape set (default coverage; held-out: the shapes rules are judged on, never "
                         "written to the database unless --write-db)")
     p.add_argument("--list", action="store_true", help="print the shapes and how they are drawn, and stop")
-    p.add_argument("--shapes", type=_positive_int, metavar="N",
+    p.add_argument("--shapes", type=positive_int, metavar="N",
                    help="only the first N shapes of the set (a spread-out prefix)")
     p.add_argument("--method", choices=["cross", "tune"], default="cross",
                    help="cross: the cross-time matrix (default); tune: a search per shape")
     p.add_argument("--device", default="0", help="GPU indices, e.g. 0,1,2,3: one worker per GPU")
-    p.add_argument("--time-limit", type=_non_negative_float, metavar="SECONDS",
+    p.add_argument("--time-limit", type=non_negative_float, metavar="SECONDS",
                    help="claim no new shape after this many seconds (the shapes in flight finish); 0: none")
-    p.add_argument("--rep-ms", type=_positive_float, default=20.0,
+    p.add_argument("--rep-ms", type=positive_float, default=20.0,
                    help="cross: milliseconds of timed runs per candidate and shape (default 20)")
-    p.add_argument("--max-candidates", type=_positive_int, default=64,
+    p.add_argument("--max-candidates", type=positive_int, default=64,
                    help="cross: at most this many candidates (default 64)")
-    p.add_argument("--min-candidates", type=_positive_int, default=24,
+    p.add_argument("--min-candidates", type=positive_int, default=24,
                    help="cross: where fewer configurations are known (winners, starts, the default), add their "
                         "one-step neighbours and a covering sample of the space up to this many (default 24)")
-    p.add_argument("--trials", type=_positive_int, default=40, help="tune: variants per shape (default 40)")
-    p.add_argument("--budget-s", type=_positive_float, default=20.0,
+    p.add_argument("--trials", type=positive_int, default=40, help="tune: variants per shape (default 40)")
+    p.add_argument("--budget-s", type=positive_float, default=20.0,
                    help="tune: seconds per shape (default 20)")
     p.add_argument("--storage", help="Optuna storage shared by several hosts (default: the journal file per GPU "
                                      "model under --state-dir)")
@@ -69,9 +69,9 @@ def _coverage_parser(sub, common, chosen: list) -> None:
     p.add_argument("--no-db", action="store_true", help="write no database entries")
     p.add_argument("--write-db", action="store_true", help="write entries also for --set held-out or --simulator")
     p.add_argument("--matrix", help="the matrix file to write (default benchmarks/coverage/<gpu>-<case>.json)")
-    p.add_argument("--compile-workers", type=_positive_int,
+    p.add_argument("--compile-workers", type=positive_int,
                    help="CPU processes compiling (default: the CPUs less one per GPU)")
-    p.add_argument("--job-timeout", type=_positive_float, default=90.0,
+    p.add_argument("--job-timeout", type=positive_float, default=90.0,
                    help="seconds a candidate may take to check and time on a shape (default 90)")
     p.add_argument("--simulator", action="store_true",
                    help="dry run in Numba's CUDA simulator on the family's tiny shapes (meaningless timings)")
@@ -93,7 +93,7 @@ def run_coverage(args) -> int:
     from ..runtime.db import database_folders, db_path, load_file
     from ..tuning.coverage import CoverageConfig, CoverageRun, default_compile_workers
 
-    devices = _devices(args.device)
+    devices = gpu_indices(args.device)
     if not args.simulator:
         from numba import cuda
 
@@ -155,12 +155,12 @@ def _rule_parser(sub, common) -> None:
                           "earlier rule).")
     fit.add_argument("matrix", nargs="+", metavar="MATRIX", help="cross-time matrix files (JSON)")
     fit.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
-    fit.add_argument("--max-portfolio", type=_positive_int, default=8, help="configurations at most (default 8)")
-    fit.add_argument("--threshold", type=_positive_float, default=1.1,
+    fit.add_argument("--max-portfolio", type=positive_int, default=8, help="configurations at most (default 8)")
+    fit.add_argument("--threshold", type=positive_float, default=1.1,
                      help="the portfolio grows until every shape has a member this close to its best (default 1.1)")
-    fit.add_argument("--depth", type=_positive_int, default=4, help="tree depth at most (default 4)")
-    fit.add_argument("--min-leaf", type=_positive_int, default=2, help="shapes per leaf at least (default 2)")
-    fit.add_argument("--folds", type=_positive_int, default=5, help="cross-validation folds (default 5)")
+    fit.add_argument("--depth", type=positive_int, default=4, help="tree depth at most (default 4)")
+    fit.add_argument("--min-leaf", type=positive_int, default=2, help="shapes per leaf at least (default 2)")
+    fit.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds (default 5)")
     fit.add_argument("--seed", type=int, default=0, help="seed of the folds (default 0)")
     fit.add_argument("--model", choices=["auto", "tree", "nearest"], default="auto",
                      help="auto (default): the better cross-validated of tree and nearest")
@@ -274,9 +274,9 @@ def _met_parser(sub, common) -> None:
     lst.set_defaults(run=run_met_list)
     tune = msub.add_parser("tune", help="tune the recorded problems of this GPU model")
     tune.add_argument("--device", default="0", help="GPU indices, e.g. 0,1 (default 0)")
-    tune.add_argument("--trials", type=_positive_int, default=40, help="variants per shape (default 40)")
-    tune.add_argument("--budget-s", type=_positive_float, default=60.0, help="seconds per shape (default 60)")
-    tune.add_argument("--time-limit", type=_non_negative_float, metavar="SECONDS",
+    tune.add_argument("--trials", type=positive_int, default=40, help="variants per shape (default 40)")
+    tune.add_argument("--budget-s", type=positive_float, default=60.0, help="seconds per shape (default 60)")
+    tune.add_argument("--time-limit", type=non_negative_float, metavar="SECONDS",
                       help="claim no new shape after this many seconds; 0: none")
     tune.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     tune.add_argument("--storage", help="Optuna storage shared by several hosts")
@@ -335,7 +335,7 @@ def run_met_tune(args) -> int:
     from ..runtime.met import clear, met_path, read_met
     from ..tuning.coverage import CoverageConfig, CoverageRun, default_compile_workers
 
-    devices = _devices(args.device)
+    devices = gpu_indices(args.device)
     if not args.simulator:
         from numba import cuda
 

@@ -15,18 +15,15 @@ import warnings
 from pathlib import Path
 
 _PACKAGE = str(Path(__file__).resolve().parent.parent) + os.sep
+_family_folders: set[str] = set()  # the folders of registered families' code (registry.py adds them)
 
 
-def _family_folders() -> list[str]:
-    from .registry import registered
-
-    folders = []
-    for fam in registered():
-        try:
-            folders.append(str(Path(inspect.getfile(type(fam))).resolve().parent) + os.sep)
-        except (TypeError, OSError):  # a family class defined interactively
-            continue
-    return folders
+def note_family(family: object) -> None:
+    """Count the folder of ``family``'s class among the family code whose frames are not the caller's."""
+    try:
+        _family_folders.add(str(Path(inspect.getfile(type(family))).resolve().parent) + os.sep)
+    except (TypeError, OSError):  # a family class defined interactively
+        pass
 
 
 def _ours(filename: str, folders: list[str]) -> bool:
@@ -39,7 +36,7 @@ def _ours(filename: str, folders: list[str]) -> bool:
 def caller_stacklevel() -> int:
     """The ``stacklevel`` that makes ``warnings.warn``, called by the function that calls this one, name the
     first frame outside autotune and the registered families (1: that function itself)."""
-    folders = _family_folders()
+    folders = list(_family_folders)
     frame = inspect.currentframe()
     frame = frame.f_back if frame is not None else None  # the function that will call warnings.warn
     level = 1
@@ -49,9 +46,13 @@ def caller_stacklevel() -> int:
     return level
 
 
+class TunedKernelWarning(UserWarning):
+    """get_best_kernel used something other than an exact entry for this GPU, or skipped part of the database."""
+
+
 def warn(message: str, category: type[Warning] = UserWarning) -> None:
     """``warnings.warn(message, category)`` at the caller's line (see the module docstring)."""
     warnings.warn(message, category, stacklevel=caller_stacklevel())
 
 
-__all__ = ["warn", "caller_stacklevel"]
+__all__ = ["warn", "caller_stacklevel", "note_family", "TunedKernelWarning"]

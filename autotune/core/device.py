@@ -116,3 +116,14 @@ def current_device() -> DeviceInfo:
     return DeviceInfo(name=name, cc=tuple(dev.compute_capability), sm_count=dev.MULTIPROCESSOR_COUNT,
                       l2_bytes=dev.L2_CACHE_SIZE, clock_khz=dev.CLOCK_RATE, memory_clock_khz=dev.MEMORY_CLOCK_RATE,
                       bus_bits=dev.GLOBAL_MEMORY_BUS_WIDTH)
+
+
+def target(cc: tuple[int, int]) -> tuple:
+    """The compute capability compiled for ahead of time: ``cc`` with the architecture-specific suffix "a" from
+    9.0 on, as numba-cuda compiles on such a GPU (sm_90a), so instructions only it has (wgmma) compile too."""
+    return (*cc[:2], "a") if tuple(cc[:2]) >= (9, 0) else tuple(cc[:2])
+
+
+def arch(cc: tuple[int, int]) -> str:
+    """The linker's name of ``target(cc)``: sm_90a for 9.0."""
+    return "sm_" + "".join(map(str, target(cc)))

@@ -23,7 +23,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
 
-from .caller import warn
+from .caller import note_family, warn
 from .family import KernelFamily
 
 #: The built-in families: name -> module. The only place besides the command line's two tuning commands where
@@ -164,6 +164,7 @@ def _builtin(name: str) -> KernelFamily:
             fam = _from_module(importlib.import_module(BUILTIN[name]), name)
             fam.source = fam.source or name
             _families[name] = fam
+            note_family(fam)
         return fam
 
 
@@ -190,6 +191,7 @@ def _register(fam: KernelFamily, source: str) -> KernelFamily:
         if not fam.source:
             fam.source = source
         _families[name] = fam
+        note_family(fam)
         return fam
 
 

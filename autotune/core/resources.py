@@ -1,6 +1,8 @@
-"""Where the package's data lives: the shared template library and the database shipped with the package."""
+"""Where the package's data lives: the shared template library, the database shipped with the package, and the
+cache folder of this machine."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -17,3 +19,10 @@ def resource_dir(name: str) -> Path:
 def templates_dir() -> Path:
     """The template library every family may import from (``_common.j2``, ``_sim.j2``)."""
     return _PACKAGE / "kernels" / "templates"
+
+
+def cache_dir() -> Path:
+    """This machine's cache folder: $AUTOTUNE_CACHE_DIR, else $XDG_CACHE_HOME/autotune or ~/.cache/autotune."""
+    root = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
+    return Path(root)

@@ -100,7 +100,7 @@ class CompiledCode:
 
 # -- where ------------------------------------------------------------------------------------------
 def local_root() -> Path:
-    from .compiler import cache_dir
+    from ..core.resources import cache_dir
 
     return cache_dir() / "code"
 

@@ -19,13 +19,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from ..core.device import arch, target
+from ..core.resources import cache_dir
+
 DEFAULT_CC = (9, 0)
-
-
-def cache_dir() -> Path:
-    root = os.environ.get("AUTOTUNE_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "autotune")
-    return Path(root)
 
 
 def source_path(source: str) -> Path:
@@ -143,17 +140,6 @@ def _number(pattern: str, text: str, default: int | None = None) -> int:
             return default
         raise RuntimeError(f"compiler report lacks {pattern!r}:\n{text}")
     return int(match.group(1))
-
-
-def target(cc: tuple[int, int]) -> tuple:
-    """The compute capability compiled for ahead of time: ``cc`` with the architecture-specific suffix "a" from
-    9.0 on, as numba-cuda compiles on such a GPU (sm_90a), so instructions only it has (wgmma) compile too."""
-    return (*cc[:2], "a") if tuple(cc[:2]) >= (9, 0) else tuple(cc[:2])
-
-
-def arch(cc: tuple[int, int]) -> str:
-    """The linker's name of ``target(cc)``: sm_90a for 9.0."""
-    return "sm_" + "".join(map(str, target(cc)))
 
 
 def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:

@@ -25,7 +25,6 @@ import math
 import os
 import stat
 import tempfile
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
@@ -35,9 +34,9 @@ from ..core.registry import FamilyError, is_known
 from ..core.registry import family as family_named
 from ..core.rule import Rule, RuleError, parse_rule
 from ..core.space import load_space
-from ..core.timing import Timing
 from ..core.yamlfast import parse_yaml_fast
 from ..core.yamlfile import YamlFileError, decode_text, dump_yaml, read_bytes
+from .db_records import DbFile, Entry, family_of, read_back
 
 SCHEMA = 1
 STANDARD_FIELDS = ("family", "dtype", "shape", "params", "time", "rate", "unit", "baseline", "device", "versions",
@@ -55,62 +54,6 @@ MAX_FILE_NODES = 4_000_000
 
 class DatabaseError(ValueError):
     """A database file or entry is malformed; the message names the file, the entry and the field."""
-
-
-@dataclass(frozen=True)
-class Entry:
-    problem: Problem
-    params: dict[str, Any]
-    record: dict[str, Any]
-
-    @property
-    def median_ms(self) -> float:
-        return float(self.record["time"]["median_ms"])
-
-    @property
-    def timing(self) -> Timing:
-        time = self.record["time"]
-        return Timing(median_ms=float(time["median_ms"]), p20_ms=float(time["p20_ms"]),
-                      p80_ms=float(time["p80_ms"]), reps=int(time["reps"]))
-
-
-@dataclass
-class DbFile:
-    path: Path
-    device: dict[str, Any]
-    entries: list[Entry]
-    problems: list[str]
-    #: entries of families not registered in this process: kept verbatim, not used
-    foreign: list[dict[str, Any]] = field(default_factory=list)
-    #: fitted rules for untuned shapes (``rules:``), and those of families not registered here (kept verbatim)
-    rules: list[Rule] = field(default_factory=list)
-    foreign_rules: list[dict[str, Any]] = field(default_factory=list)
-    _kinds: dict[str, list[Entry]] | None = field(default=None, init=False, repr=False, compare=False)
-
-    @property
-    def foreign_families(self) -> list[str]:
-        return sorted({str(family_of(raw)) for raw in self.foreign})
-
-    def family_names(self) -> list[str]:
-        """The families its entries and rules name, registered in this process or not."""
-        return sorted({e.problem.family for e in self.entries} | {str(family_of(raw)) for raw in self.foreign}
-                      | {r.family for r in self.rules} | {str(raw.get("family")) for raw in self.foreign_rules})
-
-    def like(self, problem: Problem) -> list[Entry]:
-        """The entries of ``problem``'s family, dtype and arguments, of any shape, in file order: the ones a
-        lookup of ``problem`` chooses from."""
-        if self._kinds is None:
-            kinds: dict[str, list[Entry]] = {}
-            for entry in self.entries:
-                kinds.setdefault(kind_of(entry.problem), []).append(entry)
-            self._kinds = kinds
-        return self._kinds.get(kind_of(problem), [])
-
-
-def kind_of(problem: Problem) -> str:
-    """What the entries that may stand for one another share: family, dtype and arguments (a problem's key less
-    its shape, 'matmul/float32/nn')."""
-    return f"{problem.family}/{problem.dtype}/{problem.impl.key_tag(problem.args)}"
 
 
 def db_dir(path: str | os.PathLike | None = None) -> Path:
@@ -315,11 +258,6 @@ def _validation_key(problem: Problem, params: dict[str, Any]) -> tuple | None:
     except TypeError:
         return None
     return key
-
-
-def family_of(raw: Mapping[str, Any]) -> Any:
-    """The family an entry names (under ``family``, or its old name ``kernel``)."""
-    return raw.get("family", raw.get("kernel"))
 
 
 def _renamed(raw: dict[str, Any]) -> dict[str, Any]:
@@ -732,15 +670,3 @@ def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, 
         atomic_write(path, text)
     store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
     return notes
-
-
-def read_back(value: Any) -> Any:
-    """``value`` as the safe YAML writer writes it and a reader reads it back: tuples become lists, everything
-    else it writes comes back equal. ValueError for a mapping key that might not come back the same."""
-    if isinstance(value, dict):
-        if not all(k is None or isinstance(k, (str, int, float)) for k in value):
-            raise ValueError("a mapping key YAML may not read back as it was")
-        return {k: read_back(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [read_back(v) for v in value]
-    return value

@@ -5,7 +5,7 @@ A database of 10,000 entries is about 8 MB of YAML; parsing it takes seconds eve
 every entry against its search space as long again. What a lookup needs is a few entries of one family, dtype
 and arguments. So the first read of a file stores its validated form (``DbFile``: device, problems, entries
 of families not registered, the fitted rules as their records, and the entries, pickled by kind,
-``db.kind_of``) under the cache folder (``$AUTOTUNE_CACHE_DIR/db/``, else ``~/.cache/autotune/db/``), and a
+``db_records.kind_of``) under the cache folder (``$AUTOTUNE_CACHE_DIR/db/``, else ``~/.cache/autotune/db/``), and a
 later read unpickles only the kinds asked for (``DbFile.like``), or all of them where a command lists every entry.
 
 The cache is keyed by everything that changes what it holds: the file's path and content (SHA-256 of its bytes,
@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterable
 from ..core.registry import family as family_named
 from ..core.registry import is_known
 from ..core.rule import Rule, parse_rule
-from .db import DbFile, Entry, kind_of, read_back
+from .db_records import DbFile, Entry, kind_of, read_back
 
-FORMAT = 2
+FORMAT = 3
 MAGIC = b"autotune database cache\n"
 DIGEST = 32  # bytes of SHA-256
 MAX_CACHE_FILES = 64  # per cache folder: older ones are removed when a new one is written
@@ -83,7 +83,7 @@ def store_written(path: Path, data: bytes, build: Callable[[], DbFile]) -> None:
 
 
 def cache_folder() -> Path:
-    from .compiler import cache_dir
+    from ..core.resources import cache_dir
 
     return cache_dir() / "db"
 
@@ -271,7 +271,7 @@ def _prune(folder: Path) -> None:
 
 
 #: the classes a cache file may hold; unpickling anything else is refused
-ALLOWED = {("autotune.runtime.db", "Entry"), ("autotune.core.problem", "Problem"), ("datetime", "date"),
+ALLOWED = {("autotune.runtime.db_records", "Entry"), ("autotune.core.problem", "Problem"), ("datetime", "date"),
            ("datetime", "datetime"), ("datetime", "time"), ("datetime", "timedelta"), ("datetime", "timezone")}
 
 

@@ -101,7 +101,7 @@ def cached(dispatcher) -> "CachedDispatcher | None":
 
 
 def _wrap(dispatcher) -> "CachedDispatcher | None":
-    from .compiler import cache_dir
+    from ..core.resources import cache_dir
     from .numba_kernels import jit_options
 
     py_func = getattr(dispatcher, "py_func", None)
@@ -264,7 +264,7 @@ class CachedLaunch:
     def numba_configured(self):
         """The same launch as Numba configures it (``launch.configure`` of the real dispatcher)."""
         if self._numba is None:
-            from .launch import numba_configure
+            from .numba_kernels import numba_configure
 
             self._numba = numba_configure(self.dispatcher.real, self.griddim, self.blockdim, self.sharedmem,
                                           self.stream)
@@ -296,7 +296,7 @@ class Loaded:
 
     def allow_shared(self, nbytes: int) -> None:
         """Opt the kernel into ``nbytes`` of dynamic shared memory where that is above the default 48 KB."""
-        from .launch import DEFAULT_DYNAMIC_SHARED_BYTES
+        from .numba_kernels import DEFAULT_DYNAMIC_SHARED_BYTES
 
         if nbytes <= max(self._shared, DEFAULT_DYNAMIC_SHARED_BYTES):
             return
@@ -427,7 +427,7 @@ def _driver_load(code: CompiledCode | None, sizes: list[int]):
 def _current_arch() -> str:
     from numba import cuda
 
-    from .compiler import arch
+    from ..core.device import arch
 
     return arch(tuple(cuda.get_current_device().compute_capability))
 

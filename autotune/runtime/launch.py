@@ -24,12 +24,12 @@ import numpy as np
 
 from ..core.dtypes import kernel_view
 from . import arrays, driver_kernels, kernel_launch, numba_kernels, result_pool
+from .numba_kernels import numba_configure
 from .streams import stream_key
 
 MAX_PLANS = 32
 MAX_MOVES = 8  # moved launches kept per kept plan (Written.replay)
 SIMULATOR_SWITCH_S = 5e-4  # seconds; 1e-4 to 1e-3 measured alike, the default 5e-3 3-5x slower
-DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
 
 
@@ -177,15 +177,6 @@ def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, str
     return numba_configure(kernel, grid, block, shared, stream)
 
 
-def numba_configure(kernel, grid, block, shared: int = 0, stream=0):
-    """Numba's ``kernel[grid, block, stream, shared]``, with ``shared`` bytes of dynamic shared memory above the
-    default 48 KB opted into before the first launch."""
-    configured = kernel[grid, block, stream, shared]
-    if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
-        configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
-    return configured
-
-
 def _simulate(configured, args):
     """One launch in Numba's CUDA simulator, with the interpreter switching threads every SIMULATOR_SWITCH_S.
 
@@ -217,10 +208,6 @@ def zero(module, d, simulator: bool, stream=0) -> tuple:
     if simulator:
         return fill(module, d, 0, simulator)
     return (Memset(kernel_launch.memset_d32(), arrays.device_pointer(d), d.size * d.dtype.itemsize // 4, int(stream)),)
-
-
-def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
-    numba_kernels.allow_dynamic_shared(compiled, nbytes)
 
 
 def bind(configured, args: tuple) -> Callable[[], Any]:

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import backend
-from ..core.caller import warn
+from ..core.caller import TunedKernelWarning, warn
 from ..core.device import current_device, device_slug
 from ..core.problem import Problem, shape_text
 from ..core.registry import command_spec
@@ -50,10 +50,6 @@ from .db import (
     stale_note,
 )
 from .rules import ranked_configs, rule_for, rule_note
-
-
-class TunedKernelWarning(UserWarning):
-    """get_best_kernel used something other than an exact entry for this GPU, or skipped part of the database."""
 
 
 _cache: dict[tuple, Any] = {}

@@ -37,7 +37,7 @@ class MetFile:
 
 
 def met_path(device_name: str) -> Path:
-    from .compiler import cache_dir
+    from ..core.resources import cache_dir
 
     return cache_dir() / "met" / f"{device_slug(device_name)}.jsonl"
 
@@ -74,7 +74,7 @@ def _say_full(path: Path, why: str | None = None) -> None:
     if str(path) in _full_said:
         return
     _full_said.add(str(path))
-    from .lookup import TunedKernelWarning
+    from ..core.caller import TunedKernelWarning
 
     warnings.warn(f"not recording more shapes met without a tuned entry in {path}: "
                   f"{why or f'it holds {MAX_BYTES >> 10} KiB'} (`autotune met clear` empties it)",

@@ -10,7 +10,10 @@ launch through Numba) and the packing falls back to the dispatcher's own call.
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
+
+DEFAULT_DYNAMIC_SHARED_BYTES = 48 * 1024  # a launch may ask for more only after opting in per kernel
 
 # jit options of a kernel whose code can be cached: each is baked into the code (launch bounds, fast math, line
 # info, optimisation level, LTO) or applied when it is linked (max_registers); those that need Numba at launch
@@ -116,3 +119,16 @@ def prepare_args_packer():
         return numba_packed(stand_in, types, args, 0)
 
     return pack
+
+
+def numba_configure(kernel, grid, block, shared: int = 0, stream=0):
+    """Numba's ``kernel[grid, block, stream, shared]``, with ``shared`` bytes of dynamic shared memory above the
+    default 48 KB opted into before the first launch."""
+    configured = kernel[grid, block, stream, shared]
+    if shared > DEFAULT_DYNAMIC_SHARED_BYTES:
+        configured.pre_launch_callbacks.append(functools.partial(_allow_dynamic_shared, nbytes=shared))
+    return configured
+
+
+def _allow_dynamic_shared(compiled, launch_config, nbytes: int) -> None:
+    allow_dynamic_shared(compiled, nbytes)

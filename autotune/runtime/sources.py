@@ -58,7 +58,7 @@ def memo_key(family, params: Mapping[str, Any], dtype: str, args: Mapping[str, A
 
 
 def memo_path(key: str) -> Path:
-    from .compiler import cache_dir
+    from ..core.resources import cache_dir
 
     return cache_dir() / "sources" / key[:2] / f"{key}.txt"
 

@@ -51,7 +51,7 @@ class FirstUse:
         self._lock = threading.Lock()
 
     def __call__(self, problem: Problem, folders: list[Path], db) -> tuple[dict[str, Any], str] | None:
-        from ..runtime.lookup import TunedKernelWarning
+        from ..core.caller import TunedKernelWarning
 
         self._tell_once(TunedKernelWarning)
         device = current_device()
