@@ -15,7 +15,7 @@ r sits at chunk q ^ (r % 8), from a 1024-byte aligned start. Writes by ``cp.asyn
 visible to wgmma (the async proxy) after ``fence_proxy_async`` and a barrier.
 
 numba-cuda builds kernels for ``sm_90a`` on a Hopper GPU, which wgmma needs; without one, compile for
-``cc=(9, 0, "a")`` (``core.device.target``). Later GPUs (sm_100) have no wgmma.
+``cc=(9, 0, "a")`` (``compiler.target``). Later GPUs (sm_100) have no wgmma.
 """
 from __future__ import annotations
 
