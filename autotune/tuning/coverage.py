@@ -51,7 +51,7 @@ from ..core.problem import Problem, shape_text
 from ..core.registry import family as family_named
 from ..core.space import config_key, load_space
 from .matrix import CrossMatrix, file_name, write_matrix
-from .records import COMPILE_TIMEOUT_S, Measurement, job_for
+from .records import COMPILE_TIMEOUT_S, Measurement, job_for, process_alive
 from .storage import journal_path, open_database, open_journal, open_study
 
 METHODS = ("cross", "tune")
@@ -194,7 +194,7 @@ class Units:
         host, count = socket.gethostname(), 0
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner_host, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
-            if owner_host == host and pid.isdigit() and not _alive(int(pid)):
+            if owner_host == host and pid.isdigit() and not process_alive(int(pid)):
                 self.study.tell(t.number, state=TrialState.FAIL)
                 count += 1
         return count
@@ -240,16 +240,6 @@ class Units:
         """An unfinished claim (the run is stopping): failed, so the unit is free for the next run."""
         with self.lock:
             self.study.tell(trial, state=TrialState.FAIL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def unit_of(shape: tuple[int, ...]) -> str:

@@ -9,6 +9,7 @@ stopped a compile at its limit).
 """
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -96,3 +97,14 @@ class Outcome:
         values = {k: getattr(self, k) for k in keys}
         values["reason"] = values["reason"] or None
         return {k: v for k, v in values.items() if v is not None}
+
+
+def process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (a trial or shape claimed by a dead one is taken back)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True

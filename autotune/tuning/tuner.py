@@ -31,7 +31,7 @@ from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
 from .policy import SearchPolicy, make_sampler
 from .provenance import PROVENANCE_ATTR, provenance
-from .records import Outcome, job_for
+from .records import Outcome, job_for, process_alive
 from .settings import TuneConfig, TuneResult
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 from .worker import CompilePool, CompilePools, Worker, compile_for_target
@@ -109,7 +109,7 @@ class Tuner:
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             owner = str(t.user_attrs.get("owner", ""))
             owner_host, _, pid = owner.rpartition(":")
-            if owner_host != host or not pid.isdigit() or _alive(int(pid)):
+            if owner_host != host or not pid.isdigit() or process_alive(int(pid)):
                 continue
             self._requeue_left(t.number, t.params)
             count += 1
@@ -451,16 +451,6 @@ class Seed:
 
     params: dict[str, Any]
     job: Any
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _bar(done: int, total: int, width: int = 20) -> str:
