@@ -379,7 +379,7 @@ def test_a_worker_stopped_mid_job_says_it_was_stopped_not_that_it_died():
 
     worker = Worker(device=None, simulator=True)
     answers = []
-    job = job_for(Problem("reduce", (33,), "float32"), {"BLOCK": 32})
+    job = job_for(Problem("reduce", (1 << 18,), "float32"), {"BLOCK": 32})  # seconds in the simulator: still running
     thread = threading.Thread(target=lambda: answers.append(worker.run(job)))
     thread.start()
     time.sleep(1.0)  # the child is starting or measuring
