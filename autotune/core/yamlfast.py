@@ -4,8 +4,8 @@ PyYAML's pure-Python parser reads about a megabyte a second, and ``yamlfile.pars
 check reads the event stream before composing, because the pure-Python composer recurses once per level). Here
 libyaml, through PyYAML's C extension, composes the node graph; libyaml (0.2.6 on) refuses nesting deeper than
 1000 levels by itself, so composing cannot exhaust the C stack, and that refusal is probed once per process
-rather than trusted from a version number. Then one walk in Python (``yamlfile._measure``) refuses a graph that
-nests deeper than ``max_depth`` or expands, through aliases, to more than ``max_nodes`` values, and the strict
+rather than trusted from a version number. Then one walk in Python (``yamlfile.loaded_document``) refuses a graph
+that nests deeper than ``max_depth`` or expands, through aliases, to more than ``max_nodes`` values, and the strict
 constructor of ``yamlfile.py`` (a key given twice in one mapping is an error; any constructor it gains) builds
 the value. Where PyYAML has no libyaml, or one without the nesting limit, ``yamlfile.parse_yaml`` reads the text:
 slower, and bounded the same way.
@@ -20,7 +20,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
-from .yamlfile import MAX_DEPTH, MAX_NODES, YamlFileError, _measure, _StrictLoader, parse_yaml
+from .yamlfile import MAX_DEPTH, MAX_NODES, YamlFileError, _StrictLoader, loaded_document, parse_yaml
 
 LIBYAML_NESTING = 1000  # the depth libyaml refuses beyond
 
@@ -51,11 +51,7 @@ def parse_yaml_fast(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = M
         return parse_yaml(text, max_nodes=max_nodes, max_depth=max_depth)
     loader = _c_loader()(text)
     try:
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _measure(node, max_nodes, max_depth)
-        return loader.construct_document(node)
+        return loaded_document(loader, max_nodes, max_depth)
     except YamlFileError:
         raise
     except yaml.MarkedYAMLError as exc:

@@ -171,11 +171,7 @@ def parse_yaml(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DE
     try:
         _check_depth(text, max_depth)  # before composing, which recurses once per level
         loader = _StrictLoader(text)
-        node = loader.get_single_node()
-        if node is None:
-            return None
-        _measure(node, max_nodes, max_depth)
-        return loader.construct_document(node)
+        return loaded_document(loader, max_nodes, max_depth)
     except YamlFileError:
         raise
     except yaml.YAMLError as exc:
@@ -187,6 +183,16 @@ def parse_yaml(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = MAX_DE
     finally:
         if loader is not None:
             loader.dispose()
+
+
+def loaded_document(loader, max_nodes: int, max_depth: int) -> Any:
+    """The one document ``loader`` (a PyYAML loader of this module's constructors) holds: composed, measured
+    (``_measure``) before anything is built, then constructed; None for an empty document."""
+    node = loader.get_single_node()
+    if node is None:
+        return None
+    _measure(node, max_nodes, max_depth)
+    return loader.construct_document(node)
 
 
 def _check_depth(text: str, max_depth: int) -> None:
