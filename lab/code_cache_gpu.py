@@ -42,6 +42,11 @@ CASES = {
     "matmul float16 wgmma TMA": ("matmul", [200, 136, 72], "float16", "db:matmul/float16/nn/1024x1024x1024", {}),
 }
 
+def python_path() -> str:
+    """This checkout first, then the caller's own PYTHONPATH (packages installed beside the project)."""
+    return os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
+
+
 CHILD = r"""
 import json, sys
 import numpy as np
@@ -85,7 +90,7 @@ else:
         expected = x64.sum() if axis is None else x64.sum(axis=1 if axis == -2 else axis)
     else:
         expected = np.max(x64)
-    out = cuda.to_device(np.full(np.shape(expected), np.nan, dtype=np.float32))
+    out = cuda.to_device(np.full(np.shape(expected) or (1,), np.nan, dtype=np.float32))  # a kernel's total: (1,)
     k(cuda.to_device(x), out=out)
     direct = k(x)
     tol = 1e-5
@@ -126,7 +131,7 @@ for use_out in (True, False):
 
 
 def child(case: tuple, state: str, cache: Path, shipped: str = "", setting: str = "1") -> dict:
-    env = dict(os.environ, AUTOTUNE_CACHE_DIR=str(cache), AUTOTUNE_CODE_CACHE=setting, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, AUTOTUNE_CACHE_DIR=str(cache), AUTOTUNE_CODE_CACHE=setting, PYTHONPATH=python_path())
     done = subprocess.run([sys.executable, "-c", CHILD, json.dumps([*case, state, shipped])],
                           env=env, capture_output=True, text=True, cwd=ROOT)
     if done.returncode:
@@ -174,7 +179,7 @@ def main() -> int:
                   f"ahead on the CPU {cpu and cpu['registers']}", flush=True)
         for setting in ("0", "1"):
             env = dict(os.environ, AUTOTUNE_CODE_CACHE=setting, AUTOTUNE_CACHE_DIR=str(tmp / "host"),
-                       PYTHONPATH=str(ROOT))
+                       PYTHONPATH=python_path())
             done = subprocess.run([sys.executable, "-c", HOST], env=env, capture_output=True, text=True, cwd=ROOT)
             print(f"host time, code cache {'on' if setting == '1' else 'off'}:\n{done.stdout or done.stderr[-2000:]}",
                   flush=True)
