@@ -116,3 +116,36 @@ def test_a_kernel_called_without_out_replays_its_first_plan_onto_a_new_output_ea
     assert k.checked == 1 and len(k._plans) == 1  # the later two replayed the first call's plan
     k(np.zeros(3))  # a host array: checked every call, nothing kept
     assert k.checked == 2 and len(k._plans) == 1 and len(k.log) == 4
+
+
+def test_a_plan_kept_for_new_outputs_does_not_keep_the_first_output_alive(monkeypatch):
+    """A call without ``out=`` keeps its plan to move onto the next call's new output (``Written.replay``); the
+    first output is the caller's, and dropping it must give its memory back (a kept reference held a 4 MiB
+    torch result's block in the result pool on an H200). The simulator's launches are never kept, so the kept
+    plans are made here directly: a NumPy-style function's (``Replay``) and a kernel object's (``_run_new``)."""
+    import gc
+    import weakref
+
+    from autotune.runtime import calls, launch
+
+    monkeypatch.setattr(launch, "_new_output_key", lambda inputs, stream: ("test",))  # as device inputs key it
+
+    class Kernel(Planned):
+        pass
+
+    for keep in ("function", "kernel"):
+        result = cuda.device_array(8, dtype=np.float32)
+        first = weakref.ref(result)
+        if keep == "function":
+            replay = calls.Replay(("test",), (), None, 0)
+            replay.key = ("test", id(result))  # as device inputs would key it
+            replay.run(Plan([], result), result)
+            kept = calls._replays.pop(replay.key)
+        else:
+            kernel = Kernel()
+            kernel._run_new((cuda.device_array(4),), (result, lambda: None), 0)
+            kept = kernel.__dict__["_plans"][("test",)]
+        del result
+        gc.collect()
+        assert first() is None, f"the {keep}'s kept plan keeps the first output alive"
+        assert kept[0].out is None and kept[1].nbytes == 32

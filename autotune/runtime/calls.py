@@ -83,7 +83,8 @@ class Replay:
             with _lock:
                 if len(_replays) >= MAX_REPLAYS:
                     _replays.clear()
-                _replays[self.key] = (plan, None if self.out is not None else Written.of(result))
+                kept = (plan, None) if self.out is not None else (plan.detached(), Written.of(result))
+                _replays[self.key] = kept
 
 
 def axis_arg(axis):

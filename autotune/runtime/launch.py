@@ -49,6 +49,11 @@ class Plan:
     def __len__(self) -> int:
         return len(self._steps)
 
+    def detached(self) -> "Plan":
+        """The same launches without the reference to the output: a plan kept to be moved onto new outputs
+        (``Written.replay``) must not keep the first output's memory alive after its caller dropped it."""
+        return Plan(self._steps, None)
+
     @classmethod
     def joined(cls, plans: list["Plan"], out) -> "Plan":
         """The plans' launches one after the other, as one plan that returns ``out``."""
@@ -311,7 +316,7 @@ class Planned:
         plan = Plan(self._record(run), result)
         plan()
         if plan.movable:
-            self._keep(key, (plan, Written.of(result)))
+            self._keep(key, (plan.detached(), Written.of(result)))
         return result
 
     def _keep(self, key: tuple, value) -> None:
