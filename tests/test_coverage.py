@@ -274,3 +274,26 @@ def test_bench_rows_and_the_held_out_summary(tmp_path):
     path.write_text(json.dumps([{"problem": 1}]))
     with pytest.raises(ValueError, match="bench rows"):
         read_rows(path)
+
+
+def test_a_rule_below_the_quality_floor_is_reported_and_not_written(tmp_path):
+    """A rule fitted on a matrix whose candidates mostly failed (as a run with a broken compile path makes) would
+    serve unseen shapes far from their best: `rule fit` reports it, writes nothing and exits 1; a lower
+    --min-quality writes it."""
+    import json
+
+    doc = json.loads((ROOT / "tests" / "data" / "synthetic-matrix.json").read_text())
+    rng = __import__("random").Random(7)
+    for r, row in enumerate(doc["ms"]):
+        kept = rng.randrange(len(row))
+        for c in range(len(row)):
+            if c != kept and row[c] is not None:
+                row[c] = None
+                doc["failed"].append([r, c, "compile"])
+    damaged = tmp_path / "damaged.json"
+    damaged.write_text(json.dumps(doc))
+    out = cli("rule", "fit", str(damaged), "--db", "db", cwd=tmp_path)
+    assert out.returncode == 1 and "not written" in out.stdout, out.stdout + out.stderr
+    assert not (tmp_path / "db").exists() or "rules:" not in "".join(p.read_text() for p in (tmp_path / "db").iterdir())
+    out = cli("rule", "fit", str(damaged), "--db", "db", "--min-quality", "0.0001", cwd=tmp_path)
+    assert out.returncode == 0 and "added the rule" in out.stdout, out.stdout + out.stderr

@@ -164,6 +164,10 @@ def _rule_parser(sub, common) -> None:
     fit.add_argument("--seed", type=int, default=0, help="seed of the folds (default 0)")
     fit.add_argument("--model", choices=["auto", "tree", "nearest"], default="auto",
                      help="auto (default): the better cross-validated of tree and nearest")
+    fit.add_argument("--min-quality", type=positive_float, default=0.75, metavar="FRACTION",
+                     help="write a rule only where its cross-validated geometric mean reaches this fraction of the "
+                          "best time (default 0.75): a rule below it likely serves unseen shapes worse than the "
+                          "nearest tuned entry would, as one fitted on a matrix whose candidates mostly failed does")
     fit.add_argument("--dry-run", action="store_true", help="report, write nothing")
     fit.set_defaults(run=run_rule_fit)
     show = rsub.add_parser("show", help="print the rules lookups read",
@@ -189,6 +193,7 @@ def run_rule_fit(args) -> int:
 
     settings = FitSettings(max_portfolio=args.max_portfolio, threshold=args.threshold, max_depth=args.depth,
                            min_leaf=args.min_leaf, folds=args.folds, seed=args.seed, model=args.model)
+    refused = 0
     for name in args.matrix:
         matrix = read_matrix(name)
         result = fit_rule(matrix, settings, data=str(name))
@@ -196,10 +201,16 @@ def run_rule_fit(args) -> int:
               f"{len(matrix.candidates)} candidates):\n{result.report()}")
         if args.dry_run:
             continue
+        quality = result.held_out.geomean
+        if not quality >= args.min_quality:
+            print(f"  not written: cross-validated {quality:.3f} of the best time is below --min-quality "
+                  f"{args.min_quality} (look at the matrix's failed cells; --min-quality lower writes it anyway)")
+            refused += 1
+            continue
         path = db_path(db_dir(args.db), matrix.device["name"])
         for line in write_rules(path, matrix.device, [parse_rule(result.record)]):
             print(f"  {line} -> {path}")
-    return 0
+    return 1 if refused else 0
 
 
 def run_rule_show(args) -> int:
