@@ -186,7 +186,10 @@ def test_a_replacement_that_does_not_apply_is_said_once_and_reported(monkeypatch
     assert len(said) == 1 and "'scopes'" in said[0] and "written for 0.30.4" in said[0], said
     states = dict(_patches.report())
     assert states["scopes"].startswith("inactive: numba-cuda") and states["lowering"].startswith("off")
-    assert states["typing"] == ("active" if _patches.module("typing").original_source_matches() else states["typing"])
+    if _patches.module("typing").original_source_matches():
+        assert states["typing"] == "active"
+    else:
+        assert states["typing"].startswith("inactive: numba "), states["typing"]
     assert "scopes" not in _patches.active() and set(_patches.active()) <= {"typing"}
     from autotune.core import backend
 

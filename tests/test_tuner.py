@@ -382,7 +382,10 @@ def test_a_worker_stopped_mid_job_says_it_was_stopped_not_that_it_died():
     job = job_for(Problem("reduce", (1 << 18,), "float32"), {"BLOCK": 32})  # seconds in the simulator: still running
     thread = threading.Thread(target=lambda: answers.append(worker.run(job)))
     thread.start()
-    time.sleep(1.0)  # the child is starting or measuring
+    deadline = time.monotonic() + 60
+    while (worker._process is None or not worker._process.is_alive()) and time.monotonic() < deadline:
+        time.sleep(0.05)  # until the child runs the job: the stop comes mid-job, not before it starts
+    time.sleep(0.5)
     worker.stop()
     thread.join(30)
     assert answers and not answers[0].ok and answers[0].reason == STOPPED, answers
