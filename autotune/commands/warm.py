@@ -13,7 +13,6 @@ resources) is flagged: another toolchain (NVVM, ptxas) allocated its registers d
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import sys
 import time
@@ -72,7 +71,7 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
           flush=True)
     t0 = time.perf_counter()
     failed = newly_spilling = 0
-    with _real_compiler(bool(cc)), CompilePool(workers) as pool:
+    with CompilePool(workers, real_compiler=bool(cc)) as pool:
         futures = [pool.submit(warm_one, job_for(e.problem, e.params), target if cc else None) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()
@@ -85,19 +84,6 @@ def warm(db: str | None = None, cc: str | None = None, jobs: int | None = None, 
               f"slower here; `autotune selftest --device 0` checks their results, re-tuning their shapes (--force) "
               f"finds variants that do not spill", file=out)
     return 1 if failed else 0
-
-
-@contextlib.contextmanager
-def _real_compiler(wanted: bool):
-    """With ``wanted`` (--cc): the compile processes started inside run the real compiler even where this process
-    runs in the CUDA simulator (NUMBA_ENABLE_CUDASIM=1, which spawned processes would inherit): compiling for a
-    compute capability is never simulated."""
-    saved = os.environ.pop("NUMBA_ENABLE_CUDASIM", None) if wanted else None
-    try:
-        yield
-    finally:
-        if saved is not None:
-            os.environ["NUMBA_ENABLE_CUDASIM"] = saved
 
 
 def spills_unlike_its_record(entry: Entry, result: WarmResult) -> bool:
@@ -135,7 +121,7 @@ def ship_code(folder: Path, cc: tuple[int, int], jobs: int | None, out, check: b
     t0 = time.perf_counter()
     needed: set[str] = set()
     missing = failed = 0
-    with _real_compiler(True), CompilePool(jobs or max(1, os.cpu_count() or 1)) as pool:
+    with CompilePool(jobs or max(1, os.cpu_count() or 1), real_compiler=True) as pool:
         futures = [pool.submit(ship_one, job_for(e.problem, e.params), cc, root, check) for e in entries]
         for entry, future in zip(entries, futures):
             r = future.result()

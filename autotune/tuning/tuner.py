@@ -127,9 +127,6 @@ class Tuner:
         """The next trial to compile and measure (``SearchPolicy.ask``)."""
         return self.policy.ask()
 
-    def best_trial(self) -> optuna.trial.FrozenTrial | None:
-        return self.policy.best_trial()
-
     # -- the pipeline --------------------------------------------------------------------------------
     def prepare(self) -> None:
         """Before the first ask: re-queue what a killed run left, learn what the study holds, queue the starts."""
