@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Union
 
+from .problem import MAX_DIMENSION
 from .registry import FamilyError
 from .registry import family as family_named
 from .space import load_space
@@ -215,7 +216,7 @@ def _nearest(value: Any, rank: int, size: int) -> tuple:
         if not isinstance(item, dict) or set(item) != {"shape", "use"}:
             raise RuleError(f"{where}: must be a mapping with 'shape' and 'use'")
         shape = item["shape"]
-        if not isinstance(shape, list) or len(shape) != rank or not all(type(d) is int and 1 <= d <= 2**48
+        if not isinstance(shape, list) or len(shape) != rank or not all(type(d) is int and 1 <= d <= MAX_DIMENSION
                                                                         for d in shape):
             raise RuleError(f"{where}: 'shape' must be {rank} positive integers, got {_short(shape)}")
         items.append((tuple(math.log2(d) for d in shape), _ranking(item["use"], size, where)))

@@ -148,9 +148,8 @@ def ptx_of(dispatcher, signature: str, cc: tuple[int, int] = DEFAULT_CC) -> str:
     from numba import cuda
 
     options = getattr(dispatcher, "targetoptions", None) or {}
-    passed = {name: options[name] for name in ("fastmath", "lineinfo", "opt", "debug") if name in options}
     ptx, _ = cuda.compile_ptx(dispatcher.py_func, signature, cc=target(cc), launch_bounds=options.get("launch_bounds"),
-                              **passed)
+                              **_compile_options(options))
     return ptx
 
 

@@ -360,11 +360,10 @@ def stale_note(entry: Entry, source: str | None = None) -> str | None:
     are of another kernel, possibly a wrong one. Entries without ``source_hash`` (written before autotune
     recorded it) are not judged: their ``template_hash`` covers whole template files, which change without
     changing a render."""
-    from .render import source_hash
-
     recorded = entry.record.get("source_hash")
     if not recorded:
         return None
+    from .render import source_hash
     try:
         now = source_hash(source if source is not None else current_source(entry))
     except Exception as exc:  # a template that no longer renders this configuration

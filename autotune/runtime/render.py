@@ -5,11 +5,12 @@ import functools
 import hashlib
 import os
 from pathlib import Path
-from typing import Any, Mapping
-
-import jinja2
+from typing import TYPE_CHECKING, Any, Mapping
 
 from ..core.resources import templates_dir
+
+if TYPE_CHECKING:
+    import jinja2
 
 
 def environment(folder: str) -> jinja2.Environment:
@@ -21,6 +22,8 @@ def environment(folder: str) -> jinja2.Environment:
 
 @functools.lru_cache(maxsize=16)
 def _environment(folder: str, override: str | None) -> jinja2.Environment:
+    import jinja2
+
     folders = [override] if override else []
     folders += [folder] + ([str(templates_dir())] if Path(folder) != templates_dir() else [])
     return jinja2.Environment(
@@ -48,6 +51,8 @@ def check_templates(family) -> None:
     """Parse every template the family renders from (its own and the shared ones it names); TemplateError with
     the file and line of the first that does not parse. A tuning run calls this first, so that a template's
     syntax error stops it once instead of failing every variant alike."""
+    import jinja2  # here, not at import: a process that finds its sources remembered never loads Jinja
+
     env = environment(str(family.template_dir))
     for name in family.templates():
         try:
@@ -62,6 +67,8 @@ def check_templates(family) -> None:
 def render(family, template: str, context: Mapping[str, Any]) -> str:
     """The module source ``template`` of ``family`` renders with ``context``; TemplateError (file and line) where
     the template does not parse or render, or renders Python that does not compile (a template bug)."""
+    import jinja2
+
     env = environment(str(family.template_dir))
     try:
         source = env.get_template(template).render(**context)

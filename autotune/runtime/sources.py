@@ -7,13 +7,15 @@ So the rendered source's hash is remembered under a key made of everything rende
 the validated parameters, dtype and family arguments, and whether it renders for the simulator, with a hash of
 every file rendering can depend on: the template folders' files (``$AUTOTUNE_TEMPLATES`` too), autotune's own
 Python files (the families' ``template_context``, the render), the folder of a family defined outside autotune,
-and Jinja's and Python's versions (read again only where a file's size or modification time changed, so a
-template edited while a process runs is seen at its next render). The source itself is the file the compiler imports (``compiler.source_path``);
-a remembered hash whose file is missing or holds other text is rendered again, never trusted.
+and Jinja's and Python's versions. Templates are read again where a file's size or modification time changed,
+so a template edited while a process runs is seen at its next render; Python files, imported once, are hashed
+once per process. The source itself is the file the compiler imports (``compiler.source_path``); a remembered
+hash whose file is missing or holds other text is rendered again, never trusted.
 """
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import json
 import os
@@ -65,26 +67,25 @@ def memo_path(key: str) -> Path:
 
 def render_inputs_hash(name: str, template_dir: str, user_templates: str, family_folder: str | None) -> str | None:
     """SHA-256 of every file rendering can read (see the module docstring); None where one cannot be read. The
-    files are read again only where one's size or modification time changed since this process last hashed them
-    (or the list of files changed): a template edited while a process runs is seen at its next render."""
+    templates are read again only where one's size or modification time changed since this process last hashed
+    them (or the list of files changed): a template edited while a process runs is seen at its next render.
+    Python files are hashed once per process: code already imported does not change under it."""
     from importlib import metadata
 
     jinja = metadata.version("jinja2")  # without importing Jinja, which a remembered source does not need
+    code = _code_hash(family_folder)
     folders = [Path(f) for f in (user_templates, template_dir) if f] + [templates_dir()]
     files = [(str(i), p) for i, folder in enumerate(folders) for p in _files(folder, "*")]
-    files += [("autotune", p) for p in _files(_PACKAGE, "*.py")]
-    if family_folder:
-        files += [("family", p) for p in _files(Path(family_folder), "*.py", recursive=False)]
-    if len(files) > MAX_FILES:
+    if code is None or len(files) > MAX_FILES:
         return None
     try:
         stamps = tuple((label, str(path), *_stamp(path)) for label, path in files)
     except OSError:
         return None
-    key = (name, jinja, stamps)
+    key = (name, jinja, code, stamps)
     if key in _hashed:
         return _hashed[key]
-    digest = hashlib.sha256(f"{name}\0jinja2 {jinja}\0python {sys.version_info[:2]}\0".encode())
+    digest = hashlib.sha256(f"{name}\0jinja2 {jinja}\0python {sys.version_info[:2]}\0{code}\0".encode())
     try:
         for label, path in files:
             digest.update(f"{label}\0{path}\0".encode() + path.read_bytes() + b"\0")
@@ -94,6 +95,21 @@ def render_inputs_hash(name: str, template_dir: str, user_templates: str, family
         _hashed.clear()
     _hashed[key] = digest.hexdigest()
     return _hashed[key]
+
+
+@functools.lru_cache(maxsize=32)
+def _code_hash(family_folder: str | None) -> str | None:
+    """SHA-256 of autotune's Python files and of a family's own folder (its ``template_context``)."""
+    files = [("autotune", p) for p in _files(_PACKAGE, "*.py")]
+    if family_folder:
+        files += [("family", p) for p in _files(Path(family_folder), "*.py", recursive=False)]
+    digest = hashlib.sha256()
+    try:
+        for label, path in files:
+            digest.update(f"{label}\0{path}\0".encode() + path.read_bytes() + b"\0")
+    except OSError:
+        return None
+    return digest.hexdigest()
 
 
 _hashed: dict[tuple, str] = {}
