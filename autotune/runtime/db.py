@@ -626,35 +626,18 @@ def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], 
                   reason: str = "--force") -> list[str]:
     """Merge ``incoming`` into the file at ``path`` under its lock; the other entries are kept as they were. A
     symbolic link is written through (its target's folder is locked and its target replaced)."""
-    from .db_cache import store_written
-
-    path = write_destination(path)
-    with locked(path):
-        current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
-        if current.problems:
-            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
+    def change(current: DbFile) -> tuple[list[Entry], list[Rule], list[str]]:
         entries, notes = merge(current.entries, incoming, force=force, reason=reason)
-        doc = document(current.device if path.exists() else device, entries, current.foreign, current.rules,
-                       current.foreign_rules)
-        text = file_text(doc)
-        atomic_write(path, text)
-    # The parse cache of the new text, from the document it was dumped from as reading the text gives it back,
-    # checked as a read checks it: the next read does not parse the file again.
-    store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
-    return notes
+        return entries, current.rules, notes
+
+    return _rewrite(path, device, change)
 
 
 def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, replace: bool = True) -> list[str]:
     """Put ``incoming`` rules into the file at ``path`` under its lock, entries and other rules kept. A rule
     replaces the one of the same family, dtype and arguments (a refit from newer data), unless ``replace`` is
     False (a merge from another machine: the file's own rule is kept). A symbolic link is written through."""
-    from .db_cache import store_written
-
-    path = write_destination(path)
-    with locked(path):
-        current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
-        if current.problems:
-            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
+    def change(current: DbFile) -> tuple[list[Entry], list[Rule], list[str]]:
         rules = {r.key: r for r in current.rules}
         notes = []
         for rule in incoming:
@@ -663,8 +646,26 @@ def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, 
                 continue
             notes.append(f"{'replaced' if rule.key in rules else 'added'} the rule for {rule.key}: {rule.summary()}")
             rules[rule.key] = rule
-        doc = document(current.device if path.exists() else device, current.entries, current.foreign,
-                       list(rules.values()), current.foreign_rules)
+        return current.entries, list(rules.values()), notes
+
+    return _rewrite(path, device, change)
+
+
+def _rewrite(path: Path, device: Mapping[str, Any], change) -> list[str]:
+    """Rewrite the file at ``path`` (through a link, under its folder's lock) with the entries and rules that
+    ``change(current file)`` returns, and return its notes; a file with bad entries is refused, not rewritten. The
+    new text goes into the parse cache as reading it gives it back (checked as a read checks it), so the next read
+    does not parse it again."""
+    from .db_cache import store_written
+
+    path = write_destination(path)
+    with locked(path):
+        current = load_file(path) if path.exists() else DbFile(path, dict(device), [], [])
+        if current.problems:
+            raise DatabaseError("; ".join(current.problems) + " -- fix or remove these entries before writing")
+        entries, rules, notes = change(current)
+        doc = document(current.device if path.exists() else device, entries, current.foreign, rules,
+                       current.foreign_rules)
         text = file_text(doc)
         atomic_write(path, text)
     store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
