@@ -14,7 +14,8 @@ It also compares the registers of the code compiled on the GPU with those of the
 LTO path), and times 2000 replayed calls of a 2^20 sum with and without out= with the code cache on and off
 (AUTOTUNE_CODE_CACHE=0), in processes of their own. Exit status 1 when anything is wrong.
 
-    python lab/code_cache_gpu.py            (prints one line per case and state, then the host times)
+    python lab/code_cache_gpu.py [CASE ...]   (prints one line per case and state, then the host times;
+                                               CASE: a name of CASES, default all)
 """
 import json
 import os
@@ -152,16 +153,23 @@ def main() -> int:
     failed = 0
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
-        for name, case in CASES.items():
+        names = sys.argv[1:] or list(CASES)
+        unknown = [n for n in names if n not in CASES]
+        if unknown:
+            print(f"unknown case(s) {unknown}; known: {list(CASES)}")
+            return 2
+        for name in names:
+            case = CASES[name]
             folder = tmp / name.replace(" ", "_")
             local, ahead, fresh, shipped = (folder / s for s in ("local", "ahead", "fresh", "ship"))
-            results = {"compiled": child(case, "compiled", local), "local": child(case, "local", local)}
+            results = {"compiled": child(case, "compiled", local, setting="local"),
+                       "local": child(case, "local", local, setting="local")}
             child(case, "ahead-build", ahead)
-            results["ahead"] = child(case, "ahead", ahead)
+            results["ahead"] = child(case, "ahead", ahead, setting="local")
             child(case, "ahead-build", tmp / "scratch", shipped=str(shipped))
             results["shipped"] = child(case, "shipped", fresh, shipped=str(shipped))
             flipped = flip_last_bytes(local / "code")
-            results["damaged"] = child(case, "damaged", local)
+            results["damaged"] = child(case, "damaged", local, setting="local")
             expected = {"compiled": "compiled", "local": "local", "ahead": "local", "shipped": "shipped",
                         "damaged": "compiled"}
             for state, r in results.items():
