@@ -246,7 +246,7 @@ def run_rule_score(args) -> int:
     matrix = read_matrix(args.matrix)
     files = [load_file(p) for p in (db_path(f, matrix.device["name"]) for f in database_folders(args.db))
              if p.exists()]
-    rows = matrix.measured_rows()
+    rows = matrix.ruled_rows()
     first = matrix.problem(matrix.shapes[rows[0]]) if rows else None
     found = rule_for(first, files) if first else None
     if found is None:

@@ -262,9 +262,9 @@ def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: s
     """The rule for the matrix's family, dtype and arguments, with its cross-validated quality."""
     if settings.model not in MODEL_CHOICES:
         raise ValueError(f"model {settings.model!r} is not one of {', '.join(MODEL_CHOICES)}")
-    rows = matrix.measured_rows()
+    rows = matrix.ruled_rows()
     if not rows:
-        raise ValueError(f"the matrix of {matrix.case} has no measured shape: nothing to fit")
+        raise ValueError(f"the matrix of {matrix.case} has no measured shape its rule would serve: nothing to fit")
     models = ("tree", "nearest") if settings.model == "auto" else (settings.model,)
     checked = {m: cross_validate(matrix, rows, m, settings) for m in models}
     model = max(models, key=lambda m: (_score(checked[m][0]), m == "tree"))

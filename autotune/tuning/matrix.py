@@ -65,6 +65,13 @@ class CrossMatrix:
         """The shapes with at least one candidate measured."""
         return [i for i in range(len(self.shapes)) if self.best_ms(i) is not None]
 
+    def ruled_rows(self) -> list[int]:
+        """The measured shapes that a rule fitted on this matrix serves: those whose problem keeps the matrix's
+        arguments. A skinny or stacked shape of a matmul set sets arguments of its own (other kernels apply), so
+        the rule never chooses for it; fitting or scoring on it would judge the rule on shapes it does not serve."""
+        args = dict(family_named(self.family).family_args(**self.args))
+        return [i for i in self.measured_rows() if dict(self.problem(self.shapes[i]).args) == args]
+
 
 def file_name(device_slug: str, case: str, shape_set: str = "coverage") -> str:
     """'nvidia-h100-80gb-hbm3-matmul-float32-nn.json' (a held-out set adds '-held-out')."""
