@@ -56,14 +56,15 @@ def __dir__():
 
 
 def _first_use_from_environment() -> None:
-    """AUTOTUNE_TUNE_ON_FIRST_USE=1: tuning on first use from the start (autotune/tuning/first_use.py). Its import
-    loads neither Numba nor Optuna, so ``--simulator`` still switches Numba before it loads."""
-    import os
+    """AUTOTUNE_TUNE_ON_FIRST_USE=1: tuning on first use from the start (autotune/tuning/first_use.py), read by
+    ``first_use_switch``, which imports nothing; first_use.py is imported only where the switch is on, and loads
+    neither Numba nor Optuna, so ``--simulator`` still switches Numba before it loads."""
+    from .tuning.first_use_switch import first_use_requested
 
-    if os.environ.get("AUTOTUNE_TUNE_ON_FIRST_USE", "").strip() not in ("", "0"):
-        from .tuning.first_use import enable_from_environment
+    if first_use_requested():
+        from .tuning.first_use import tune_on_first_use
 
-        enable_from_environment()
+        tune_on_first_use()
 
 
 _first_use_from_environment()

@@ -242,6 +242,26 @@ def test_the_environment_variable_is_checked(monkeypatch):
     assert lookup._first_use is None
 
 
+def test_the_switch_is_read_in_one_place_and_import_autotune_obeys_it(monkeypatch):
+    """``first_use_switch.first_use_requested`` is the one reading of AUTOTUNE_TUNE_ON_FIRST_USE: ``import autotune``
+    turns tuning on first use on by it, refuses a misspelt value, and with the switch off loads nothing more (not
+    even NumPy)."""
+    from autotune.tuning.first_use_switch import first_use_requested
+
+    for value, on in ((" 1 ", True), ("Yes", True), ("on", True), ("", False), ("0", False), ("OFF", False)):
+        monkeypatch.setenv("AUTOTUNE_TUNE_ON_FIRST_USE", value)
+        assert first_use_requested() is on, value
+    code = ("import sys, autotune; lookup = sys.modules.get('autotune.runtime.lookup'); "
+            "print(lookup is not None and lookup._first_use is not None, 'numpy' in sys.modules)")
+    for value, expected in (("yes", "True True"), ("false", "False False")):
+        env = {**os.environ, "AUTOTUNE_TUNE_ON_FIRST_USE": value}
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+        assert out.stdout.strip() == expected, (value, out.stderr)
+    out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "AUTOTUNE_TUNE_ON_FIRST_USE": "maybe"},
+                         capture_output=True, text=True, check=False)
+    assert out.returncode != 0 and "AUTOTUNE_TUNE_ON_FIRST_USE='maybe'" in out.stderr
+
+
 # -- the bench's JSON rows -----------------------------------------------------------------------------
 def timing(ms):
     return Timing(ms, ms * 0.99, ms * 1.01, 50)

@@ -320,6 +320,21 @@ def test_killed_run_resumes_without_losing_measurements(tmp_path):
     assert (tmp_path / "db" / "cuda-simulator.yaml").exists()
 
 
+def test_a_claim_is_dead_only_where_its_process_of_this_host_has_ended():
+    """The rule the tuner's recover_interrupted and the coverage run's release_dead share (records.owner_dead)."""
+    import socket
+
+    from autotune.tuning.records import owner_dead, owner_here
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    host = socket.gethostname()
+    assert owner_here() == f"{host}:{os.getpid()}" and not owner_dead(owner_here())
+    assert owner_dead(f"{host}:{ended.pid}")
+    assert not owner_dead(f"another-{host}:{ended.pid}")  # another host's process cannot be checked from here
+    assert not any(owner_dead(owner) for owner in ("", host, f"{host}:", f"{host}:-1", f"{host}:12a"))
+
+
 def test_ctrl_c_stops_the_run_at_once_and_records_nothing_half_done(tmp_path):
     """Ctrl-C reaches the whole process group: the run ends within seconds (compiles and the measurement in
     progress stopped, no traceback), the trials it cut short are queued again rather than recorded as

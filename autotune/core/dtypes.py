@@ -5,7 +5,9 @@ CuPy 14 use, so host arrays, references and results have the dtype users expect.
 array typing have no bfloat16, so a kernel takes a bfloat16 array as its 16-bit patterns (``uint16``), widens
 each element to float32 exactly (the pattern is a float32's top half) and rounds a float32 result back to
 nearest-even bits (``intrinsics.bf16_to_f32`` / ``f32_to_bf16``). PyTorch's bfloat16 tensors export no CUDA Array
-Interface, so they are read through an int16 view of the same memory.
+Interface and NumPy has no bfloat16 PyTorch takes, so they travel both ways as an int16 view of the same memory
+(``torch_bits``, ``numpy_from_torch``, ``torch_from_numpy``, ``torch_from_device``; PyTorch imported only when
+called).
 """
 from __future__ import annotations
 
@@ -59,3 +61,29 @@ def torch_bits(x: Any) -> Any:
     import torch
 
     return x.view(torch.int16)
+
+
+def numpy_from_torch(x: Any) -> np.ndarray:
+    """The NumPy array viewing the memory of the PyTorch CPU tensor ``x``; a bfloat16 one through its bits, as
+    ml_dtypes' bfloat16 (``Tensor.numpy`` refuses bfloat16)."""
+    return torch_bits(x).numpy().view(BFLOAT16) if is_torch_bfloat16(x) else x.numpy()
+
+
+def torch_from_numpy(value: np.ndarray) -> Any:
+    """The PyTorch CPU tensor viewing the memory of the NumPy array ``value``; a bfloat16 one through its bits
+    (``torch.from_numpy`` takes no ml_dtypes array)."""
+    import torch
+
+    if value.dtype == BFLOAT16:
+        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(value)
+
+
+def torch_from_device(d: Any) -> Any:
+    """The PyTorch CUDA tensor viewing the memory of the Numba device array ``d`` (by its CUDA Array Interface);
+    a bfloat16 one through its bits (PyTorch imports no bfloat16 by that interface)."""
+    import torch
+
+    if d.dtype == BFLOAT16:
+        return torch.as_tensor(retyped(d, np.dtype(np.int16))).view(torch.bfloat16)
+    return torch.as_tensor(d)

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ..core.dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, retyped, torch_bits
+from ..core.dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, numpy_from_torch, retyped, torch_bits
 from .libraries import device_view_of_dlpack, host_view, library_of, refuse_gradients
 
 
@@ -46,7 +46,7 @@ def to_host(x: Any) -> np.ndarray:
     if cuda.devicearray.is_cuda_ndarray(x):
         return device_to_host(x)
     if is_torch_bfloat16(x):
-        return torch_bits(x).cpu().numpy().view(BFLOAT16)
+        return numpy_from_torch(x.cpu())
     for method in ("copy_to_host", "get"):
         if hasattr(x, method):
             return np.asarray(getattr(x, method)())

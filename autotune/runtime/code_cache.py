@@ -36,11 +36,12 @@ import json
 import os
 import re
 import struct
-import tempfile
 import warnings
 import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from ..core.atomic import write_bytes_atomic
 
 ENV = "AUTOTUNE_CODE_CACHE"
 FORMAT = 1
@@ -162,16 +163,7 @@ def store(root: Path, compiled: CompiledCode) -> Path | None:
     written."""
     path = path_of(root, compiled.key)
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(encode(compiled))
-            os.replace(tmp, path)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_bytes_atomic(path, encode(compiled), parents=True)  # a cache file: private, rebuilt if lost
     except OSError as exc:
         _warn_once(f"compiled kernels cannot be stored in {root} ({exc.strerror or exc}); later processes will "
                    f"compile them again (set AUTOTUNE_CACHE_DIR to a writable folder)")

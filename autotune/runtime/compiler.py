@@ -11,14 +11,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import importlib.util
-import os
 import re
 import sys
-import tempfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from ..core.atomic import write_text_atomic
 from ..core.device import arch, target
 from ..core.resources import cache_dir
 
@@ -43,11 +42,7 @@ def write_source(source: str) -> Path:
             return path
     except (OSError, UnicodeDecodeError):
         pass
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "w") as f:
-        f.write(source)
-    os.replace(tmp, path)
+    write_text_atomic(path, source, parents=True)  # a cache file: private, rebuilt if lost (no fsync)
     return path
 
 

@@ -23,11 +23,10 @@ import datetime
 import fcntl
 import math
 import os
-import stat
-import tempfile
 from pathlib import Path
 from typing import Any, Iterator, Mapping
 
+from ..core.atomic import write_text_atomic
 from ..core.device import device_slug
 from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import FamilyError, is_known
@@ -534,31 +533,11 @@ def write_destination(path: Path) -> Path:
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Write a temporary file beside ``path``, flush it to disk, rename it over ``path``. The file keeps the mode
-    it had; a new one gets the usual mode for new files (0666 less the umask), not the temporary file's 0600. A
-    symbolic link is written through: its target is replaced, the link stays (``write_destination``)."""
-    path = write_destination(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), _mode_for(path))
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-
-
-def _mode_for(path: Path) -> int:
-    try:
-        return stat.S_IMODE(path.stat().st_mode)
-    except FileNotFoundError:
-        umask = os.umask(0)
-        os.umask(umask)
-        return 0o666 & ~umask
+    """Replace the file at ``path`` with ``text`` as results are written (``core.atomic``): flushed to disk before
+    the rename (``durable``: a database holds hours of measurements), keeping the file's mode (``keep_mode``: a
+    database is shared and checked in, not the temporary file's 0600). A symbolic link is written through: its
+    target is replaced, the link stays (``write_destination``)."""
+    write_text_atomic(write_destination(path), text, durable=True, keep_mode=True)
 
 
 def merge(existing: list[Entry], incoming: list[Entry], *, force: bool = False,

@@ -24,14 +24,13 @@ import contextlib
 import functools
 import hashlib
 import io
-import os
 import pickle
 import sys
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from ..core.atomic import write_bytes_atomic
 from ..core.registry import family as family_named
 from ..core.registry import is_known
 from ..core.rule import Rule, parse_rule
@@ -242,17 +241,7 @@ def _write(store: Path, where: str, source: bytes, db_file: DbFile) -> None:
                                "rules": [read_back(r.record) for r in db_file.rules], "foreign_rules": db_file.foreign_rules,
                                "kinds": kinds}, protocol=pickle.HIGHEST_PROTOCOL)
         body = b"".join([len(header).to_bytes(8, "little"), header, *blobs])
-        store.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=store.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(MAGIC + hashlib.sha256(body).digest())
-                f.write(body)
-            os.replace(tmp, store)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_bytes_atomic(store, MAGIC + hashlib.sha256(body).digest() + body, parents=True)
         _prune(store.parent)
     except (OSError, pickle.PicklingError, TypeError, AttributeError, RecursionError, ValueError):
         return  # the cache is an optimisation: a load never fails for it

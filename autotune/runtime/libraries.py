@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.dtypes import BFLOAT16, retyped
+from ..core.dtypes import BFLOAT16, numpy_from_torch, retyped, torch_from_device, torch_from_numpy
 
 DLPACK_HOST = (1, 3)  # DLPack's kDLCPU, kDLCUDAHost: memory the host reads
 DLPACK_DEVICE = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -50,22 +50,6 @@ class Library:
         return value[()] if scalar and self.host else value
 
 
-def _torch_from_numpy(value: np.ndarray):
-    import torch
-
-    if value.dtype == BFLOAT16:
-        return torch.from_numpy(value.view(np.int16)).view(torch.bfloat16)
-    return torch.from_numpy(value)
-
-
-def _torch_from_device(d):
-    import torch
-
-    if d.dtype == BFLOAT16:
-        return torch.as_tensor(retyped(d, np.dtype(np.int16))).view(torch.bfloat16)
-    return torch.as_tensor(d)
-
-
 def _cupy_from_device(d):
     import cupy
 
@@ -76,8 +60,8 @@ def _cupy_from_device(d):
 
 NUMPY = Library("numpy", host=True)
 NUMBA = Library("numba", host=False)
-TORCH = Library("torch", host=False, wrap=_torch_from_device)
-TORCH_CPU = Library("torch-cpu", host=True, wrap=_torch_from_numpy)
+TORCH = Library("torch", host=False, wrap=torch_from_device)
+TORCH_CPU = Library("torch-cpu", host=True, wrap=torch_from_numpy)
 CUPY = Library("cupy", host=False, wrap=_cupy_from_device)
 DEVICE = Library("device", host=False)  # another CUDA Array Interface or DLPack producer on the GPU
 HOST = Library("host", host=True)  # a DLPack producer on the host
@@ -131,7 +115,7 @@ def host_view(x: Any, name: str, writable: bool = False) -> np.ndarray | None:
         view = x
     elif library is TORCH_CPU:
         refuse_gradients(x, name)
-        view = x.view(_torch().int16).numpy().view(BFLOAT16) if str(x.dtype) == "torch.bfloat16" else x.numpy()
+        view = numpy_from_torch(x)
     elif library is HOST:
         view = np.from_dlpack(x)
     else:
@@ -162,9 +146,3 @@ def device_view_of_dlpack(x: Any, stream_handle: int):
     interface = {"shape": tuple(view.shape), "strides": strides, "typestr": typestr,
                  "data": (view.ptr, bool(view.readonly)), "version": 3, "stream": None}
     return cuda.from_cuda_array_interface(interface, owner=view, sync=False)
-
-
-def _torch():
-    import torch
-
-    return torch

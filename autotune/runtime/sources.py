@@ -20,10 +20,10 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any, Callable, Mapping
 
+from ..core.atomic import write_text_atomic
 from ..core.resources import templates_dir
 
 _PACKAGE = Path(__file__).resolve().parent.parent
@@ -166,13 +166,4 @@ def _remember(memo: Path, source: str, digest: str) -> None:
 
     with contextlib.suppress(OSError):
         write_source(source)
-        memo.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=memo.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(digest + "\n")
-            os.replace(tmp, memo)
-        except BaseException:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-            raise
+        write_text_atomic(memo, digest + "\n", parents=True)

@@ -34,7 +34,6 @@ from __future__ import annotations
 import datetime
 import os
 import random
-import socket
 import sys
 import threading
 import time
@@ -51,7 +50,7 @@ from ..core.problem import Problem, shape_text
 from ..core.registry import family as family_named
 from ..core.space import config_key, load_space
 from .matrix import CrossMatrix, file_name, write_matrix
-from .records import COMPILE_TIMEOUT_S, Measurement, job_for, process_alive
+from .records import COMPILE_TIMEOUT_S, Measurement, job_for, owner_dead, owner_here
 from .storage import journal_path, open_database, open_journal, open_study
 
 METHODS = ("cross", "tune")
@@ -186,15 +185,14 @@ class Units:
 
     def __init__(self, study: optuna.Study):
         self.study = study
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.owner = owner_here()
         self.lock = threading.Lock()
 
     def release_dead(self) -> int:
         """Fail the claims that dead processes of this host left RUNNING; returns how many."""
-        host, count = socket.gethostname(), 0
+        count = 0
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner_host, _, pid = str(t.user_attrs.get("owner", "")).rpartition(":")
-            if owner_host == host and pid.isdigit() and not process_alive(int(pid)):
+            if owner_dead(str(t.user_attrs.get("owner", ""))):
                 self.study.tell(t.number, state=TrialState.FAIL)
                 count += 1
         return count

@@ -30,8 +30,7 @@ from ..core import backend
 from ..core.device import DeviceInfo, current_device
 from ..core.problem import Problem
 from ..core.space import config_key, load_space
-
-ENVIRONMENT = "AUTOTUNE_TUNE_ON_FIRST_USE"
+from .first_use_switch import first_use_requested
 
 
 @dataclass(frozen=True)
@@ -193,13 +192,9 @@ def tune_on_first_use(enabled: bool = True, *, candidates: int = 4, budget_s: fl
 
 def enable_from_environment() -> None:
     """``tune_on_first_use()`` where AUTOTUNE_TUNE_ON_FIRST_USE is 1 (or another true word); a value that is no
-    such word is refused loudly rather than ignored."""
-    value = os.environ.get(ENVIRONMENT, "").strip().lower()
-    if value in ("", "0", "false", "no", "off"):
-        return
-    if value not in ("1", "true", "yes", "on"):
-        raise ValueError(f"{ENVIRONMENT}={os.environ[ENVIRONMENT]!r}: use 1 to turn tuning on first use on, 0 off")
-    tune_on_first_use()
+    such word is refused loudly rather than ignored (``first_use_switch.first_use_requested``)."""
+    if first_use_requested():
+        tune_on_first_use()
 
 
 __all__ = ["tune_on_first_use", "enable_from_environment", "FirstUse", "FirstUseSettings", "candidates_for"]

@@ -10,6 +10,7 @@ stopped a compile at its limit).
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -97,6 +98,20 @@ class Outcome:
         values = {k: getattr(self, k) for k in keys}
         values["reason"] = values["reason"] or None
         return {k: v for k, v in values.items() if v is not None}
+
+
+def owner_here() -> str:
+    """This process as the owner of a claim (a tuner's trial, a coverage run's unit): ``host:pid``, which
+    ``owner_dead`` reads back."""
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def owner_dead(owner: str) -> bool:
+    """Whether the claim of ``owner`` (``host:pid``, as ``owner_here`` writes it) was left by a process of this host
+    that no longer runs, so that it may be taken back. A process of another host cannot be checked from here, and
+    an owner not of that form was not written by ``owner_here``: neither is dead."""
+    host, _, pid = owner.rpartition(":")
+    return host == socket.gethostname() and pid.isdigit() and not process_alive(int(pid))
 
 
 def process_alive(pid: int) -> bool:

@@ -11,8 +11,6 @@ interrupted run records nothing half-done.
 """
 from __future__ import annotations
 
-import os
-import socket
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -31,7 +29,7 @@ from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
 from .policy import SearchPolicy, make_sampler
 from .provenance import PROVENANCE_ATTR, provenance
-from .records import Outcome, job_for, process_alive
+from .records import Outcome, job_for, owner_dead, owner_here
 from .settings import TuneConfig, TuneResult
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 from .worker import CompilePool, CompilePools, Worker, compile_for_target
@@ -80,7 +78,7 @@ class Tuner:
         self.study = open_study(storage, self.name, make_sampler(config.sampler, config.seed, config.startup_trials),
                                 url=url)
         self._tie_to_provenance(older)
-        self.owner = f"{socket.gethostname()}:{os.getpid()}"
+        self.owner = owner_here()
         self.policy = SearchPolicy(problem, config, device, self.study, self.space, self.owner, incumbent=incumbent,
                                    neighbours=neighbours)
         self._lock = self.policy.lock  # the policy's state and the trials in flight change together under it
@@ -104,15 +102,11 @@ class Tuner:
     # -- bookkeeping over the study -------------------------------------------------------------
     def recover_interrupted(self) -> int:
         """Fail and re-queue the trials a killed run of this host left RUNNING; returns how many."""
-        host = socket.gethostname()
         count = 0
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            owner = str(t.user_attrs.get("owner", ""))
-            owner_host, _, pid = owner.rpartition(":")
-            if owner_host != host or not pid.isdigit() or process_alive(int(pid)):
-                continue
-            self._requeue_left(t.number, t.params)
-            count += 1
+            if owner_dead(str(t.user_attrs.get("owner", ""))):
+                self._requeue_left(t.number, t.params)
+                count += 1
         return count
 
     def _requeue_left(self, number: int, params: dict[str, Any]) -> None:
