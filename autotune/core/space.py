@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .constraints import HARDWARE_LIMITS, PREDICATES, Context, Rule, predicates_of, rule
 from .registry import family as family_named
-from .yamlfile import YamlFileError, read_yaml
+from .yamlfast import read_yaml_fast
+from .yamlfile import YamlFileError
 
 if TYPE_CHECKING:
     from .family import KernelFamily
@@ -330,7 +331,7 @@ _spaces: dict[tuple, SearchSpace] = {}
 def _parse_space(path: Path, impl: "KernelFamily", builtin: SearchSpace | None) -> SearchSpace:
     where = str(path)
     try:
-        data = read_yaml(path)
+        data = read_yaml_fast(path)
     except YamlFileError as exc:
         raise SpaceError(f"cannot read search space: {exc}") from None
     family = impl.name

@@ -1,4 +1,6 @@
-"""Reading large YAML files (databases) with libyaml's parser, under the same bounds as ``yamlfile.py``.
+"""Reading YAML files with libyaml's parser, under the same bounds as ``yamlfile.py``: databases, and the search
+spaces a first call validates its configuration against (the matmul space took 0.39 s in the pure-Python parser
+on this project's CPU, 0.04 s here).
 
 PyYAML's pure-Python parser reads about a megabyte a second, and ``yamlfile.parse_yaml`` parses twice (its depth
 check reads the event stream before composing, because the pure-Python composer recurses once per level). Here
@@ -13,6 +15,7 @@ slower, and bounded the same way.
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 from typing import Any
 
 import yaml
@@ -20,7 +23,7 @@ from yaml.constructor import SafeConstructor
 from yaml.nodes import ScalarNode
 from yaml.resolver import Resolver
 
-from .yamlfile import MAX_DEPTH, MAX_NODES, YamlFileError, _StrictLoader, loaded_document, parse_yaml
+from .yamlfile import MAX_BYTES, MAX_DEPTH, MAX_NODES, YamlFileError, _StrictLoader, loaded_document, parse_yaml, read_yaml
 
 LIBYAML_NESTING = 1000  # the depth libyaml refuses beyond
 
@@ -66,6 +69,12 @@ def parse_yaml_fast(text: str, *, max_nodes: int = MAX_NODES, max_depth: int = M
         raise YamlFileError(f"not valid YAML: a value cannot be read: {' '.join(str(exc).split())[:200]}") from None
     finally:
         loader.dispose()
+
+
+def read_yaml_fast(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES,
+                   max_depth: int = MAX_DEPTH) -> Any:
+    """``yamlfile.read_yaml`` through ``parse_yaml_fast``: the same checks and messages naming the file."""
+    return read_yaml(path, max_bytes=max_bytes, max_nodes=max_nodes, max_depth=max_depth, parse=parse_yaml_fast)
 
 
 @functools.lru_cache(maxsize=1)

@@ -105,12 +105,13 @@ guard_constructors(_StrictLoader)
 
 
 def read_yaml(path: str | Path, *, max_bytes: int = MAX_BYTES, max_nodes: int = MAX_NODES,
-              max_depth: int = MAX_DEPTH) -> Any:
-    """The value of the YAML file at ``path``; YamlFileError naming the file when it is refused."""
+              max_depth: int = MAX_DEPTH, parse: Callable[..., Any] | None = None) -> Any:
+    """The value of the YAML file at ``path``; YamlFileError naming the file when it is refused. ``parse`` is
+    ``parse_yaml`` or another parser under the same bounds (``yamlfast.read_yaml_fast`` passes libyaml's)."""
     path = Path(path)
     text = decode_text(path, read_bytes(path, max_bytes=max_bytes))
     try:
-        return parse_yaml(text, max_nodes=max_nodes, max_depth=max_depth)
+        return (parse or parse_yaml)(text, max_nodes=max_nodes, max_depth=max_depth)
     except YamlFileError as exc:
         raise YamlFileError(f"{path}: {exc}") from None
 

@@ -26,7 +26,8 @@ from ..core.device import DeviceInfo
 from ..core.problem import Problem
 from ..core.space import SearchSpace, config_key, load_space
 from ..core.timing import Timing
-from ..core.yamlfile import YamlFileError, dump_yaml, read_yaml
+from ..core.yamlfast import read_yaml_fast
+from ..core.yamlfile import YamlFileError, dump_yaml
 from .records import STAGES, Outcome
 
 FORMAT = 1
@@ -175,7 +176,7 @@ def load_sweep(path: str | Path) -> Sweep:
     """A sweep file, read safely and checked: its problem, its space, and every row against that space."""
     path = Path(path)
     try:
-        doc = read_yaml(path, max_bytes=MAX_SWEEP_BYTES, max_nodes=MAX_SWEEP_NODES)
+        doc = read_yaml_fast(path, max_bytes=MAX_SWEEP_BYTES, max_nodes=MAX_SWEEP_NODES)
     except YamlFileError as exc:
         raise SweepError(str(exc)) from None
     where = str(path)
