@@ -457,3 +457,26 @@ def test_studies_are_listed_shown_and_deleted_only_when_asked(tmp_path, capsys):
     assert code == 0 and "deleted reduce/float32/sum/all/1000@gpu-x" in text
     code, text = run("list")
     assert "reduce/" not in text and "matmul/float32/nn/8x8x8@gpu-x" in text
+
+
+def test_an_interrupt_claims_kept_measurements_only_for_commands_that_keep_studies(monkeypatch, capsys):
+    """Ctrl-C ends any command with status 130; only a command with studies (``--state-dir``) says its
+    measurements are kept for the next run (selftest once said so, then started afresh)."""
+    from autotune.commands import cli
+
+    def interrupt(args):
+        raise KeyboardInterrupt
+
+    real_parse = cli.parse
+
+    def parse(argv):
+        args = real_parse(argv)
+        args.run = interrupt
+        return args
+
+    monkeypatch.setattr(cli, "parse", parse)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # main sets it for --simulator; restored after the test
+    assert cli.main(["selftest", "--simulator"]) == 130
+    assert capsys.readouterr().err.strip() == "interrupted"
+    assert cli.main(["reduce", "--simulator", "--shape", "41", "--no-db"]) == 130
+    assert "everything measured so far is in the study" in capsys.readouterr().err

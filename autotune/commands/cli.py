@@ -45,15 +45,16 @@ def main(argv: list[str] | None = None) -> int:
     if "--simulator" in argv:
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
     os.environ.setdefault("NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS", "0")  # small grids are deliberate here
+    args = None
     try:
         args = parse(argv)
         configure_logging(getattr(args, "verbose", 0), getattr(args, "quiet", 0))
         return args.run(args)
     except KeyboardInterrupt:
-        return _interrupted()
+        return _interrupted(args)
     except (ValueError, TypeError, OSError, RuntimeError) as exc:
         if _raised_while_interrupted(exc):
-            return _interrupted()
+            return _interrupted(args)
         print(f"autotune: error: {exc}", file=sys.stderr)
         return EXIT_ERROR
 
@@ -67,8 +68,14 @@ def parse(argv: list[str]) -> argparse.Namespace:
     return args
 
 
-def _interrupted() -> int:
-    print("interrupted; everything measured so far is in the study and is used when you run again", file=sys.stderr)
+def _interrupted(args: argparse.Namespace | None) -> int:
+    """Exit status 130; a command that keeps studies (it has ``--state-dir``) says that its measurements are kept,
+    the others (selftest, bench, ...) start afresh when run again and do not claim otherwise."""
+    if args is not None and hasattr(args, "state_dir"):
+        print("interrupted; everything measured so far is in the study and is used when you run again",
+              file=sys.stderr)
+    else:
+        print("interrupted", file=sys.stderr)
     return 130
 
 
