@@ -6,6 +6,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from autotune.core.problem import Problem
@@ -480,3 +481,23 @@ def test_an_interrupt_claims_kept_measurements_only_for_commands_that_keep_studi
     assert capsys.readouterr().err.strip() == "interrupted"
     assert cli.main(["reduce", "--simulator", "--shape", "41", "--no-db"]) == 130
     assert "everything measured so far is in the study" in capsys.readouterr().err
+
+
+def test_selftest_parts_hold_every_case_once():
+    """``--part I/N``: the N parts of a selftest plan are disjoint and together the whole plan, in its order; a part
+    outside 1..N is refused on the command line."""
+    from autotune.commands.cli import main
+    from autotune.commands.selftest import plan_for, plan_part
+
+    plan = plan_for(("matmul", "reduce"), None, True, np.random.default_rng(0))
+    whole = [(kind, dtype, repr(args)) for kind, dtype, args, _, _ in plan]
+    assert len(whole) > 8 and len(set(whole)) == len(whole)
+    for count in (1, 2, 3, 4, len(plan) + 1):
+        parts = [[(k, d, repr(a)) for k, d, a, _, _ in plan_part(plan, i, count)] for i in range(1, count + 1)]
+        assert sorted(c for p in parts for c in p) == sorted(whole)
+        assert all(p == [c for c in whole if c in p] for p in parts)  # each in the plan's order
+    with pytest.raises(ValueError):
+        plan_part(plan, 0, 2)
+    for bad in ("3/2", "0/1", "a/b", "2"):
+        with pytest.raises(SystemExit):
+            main(["selftest", "--simulator", "--part", bad])

@@ -249,6 +249,9 @@ def _selftest_parser(sub, common, chosen: list) -> None:
     s.add_argument("--compile-timeout", type=positive_float, default=COMPILE_TIMEOUT_S,
                    help="seconds a variant may take to compile; longer ones are named and not checked, as tuning "
                         "would skip them (default %(default)g, as tune's)")
+    s.add_argument("--part", type=selftest_part, default=(1, 1), metavar="I/N",
+                   help="only the I-th of N interleaved shares of the cases (family, dtype, arguments): run 1/N ... "
+                        "N/N on N GPUs or in N shorter runs to check everything (default 1/1)")
     s.set_defaults(run=run_selftest)
 
 
@@ -548,7 +551,19 @@ def run_selftest(args) -> int:
         cuda.select_device(gpu_indices(args.device)[0])
     return 0 if selftest(small=args.simulator, kinds=tuple(f.name for f in families),
                          dtypes=tuple(args.dtype) if args.dtype else None,
-                         compile_timeout_s=args.compile_timeout) else 1
+                         compile_timeout_s=args.compile_timeout, part=args.part) else 1
+
+
+def selftest_part(text: str) -> tuple[int, int]:
+    """``--part I/N`` as (I, N), 1 <= I <= N."""
+    index, sep, count = text.partition("/")
+    try:
+        part = (int(index), int(count))
+    except ValueError:
+        part = None
+    if not sep or part is None or not 1 <= part[0] <= part[1]:
+        raise argparse.ArgumentTypeError(f"takes I/N with 1 <= I <= N (e.g. 2/4), got {text!r}")
+    return part
 
 
 def parse_param(text: str) -> tuple[str, object]:

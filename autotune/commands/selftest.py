@@ -50,15 +50,24 @@ def plan_for(kinds, dtypes, small: bool, rng: np.random.Generator, device=None) 
     return plan
 
 
+def plan_part(plan: list, index: int, count: int) -> list:
+    """Cases ``index``, ``index + count``, ... (1-based) of the plan: ``count`` parts that together hold every case
+    once, each compiled and checked on its own, so that one GPU's long selftest can be spread over several GPUs
+    or several shorter runs (a float32 matmul selftest takes over 10 minutes on one H200)."""
+    if not 1 <= index <= count:
+        raise ValueError(f"--part takes I/N with 1 <= I <= N, got {index}/{count}")
+    return plan[index - 1::count]
+
+
 def _cheap(space) -> dict:
     """The smallest value of every integer parameter: small blocks keep the simulator's Python threads few."""
     return {name: (min(p.values),) for name, p in space.params.items() if isinstance(p.values[0], int)}
 
 
 def selftest(small: bool = False, kinds=None, dtypes=None, out=None,
-             compile_timeout_s: float = COMPILE_TIMEOUT_S) -> bool:
+             compile_timeout_s: float = COMPILE_TIMEOUT_S, part: tuple[int, int] = (1, 1)) -> bool:
     """Check the families ``kinds`` (default: the built-in ones) in ``dtypes`` (default: each family's own);
-    True when every check passed.
+    True when every check passed. ``part`` (i, n): only the i-th of n interleaved shares of the cases (``plan_part``).
 
     On the GPU every variant is compiled ahead in parallel; one whose compile takes longer than
     ``compile_timeout_s`` (the tuner's default limit, so tuning never picks it either) is named and not checked.
@@ -69,7 +78,9 @@ def selftest(small: bool = False, kinds=None, dtypes=None, out=None,
 
     rng = np.random.default_rng()
     kinds = tuple(kinds or BUILTIN)
-    plan = plan_for(kinds, dtypes, small, rng, None if small else current_device())
+    plan = plan_part(plan_for(kinds, dtypes, small, rng, None if small else current_device()), *part)
+    if part != (1, 1):
+        print(f"part {part[0]} of {part[1]}: {len(plan)} cases (family, dtype, arguments)", file=out, flush=True)
     if not small:
         plan = compile_ahead(plan, compile_timeout_s, out)
     return check_plan(plan, rng, out)
