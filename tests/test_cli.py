@@ -479,11 +479,15 @@ def test_an_interrupt_claims_kept_measurements_only_for_commands_that_keep_studi
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")  # main sets it for --simulator; restored after the test
     assert cli.main(["selftest", "--simulator"]) == 130
     assert capsys.readouterr().err.strip() == "interrupted"
-    assert cli.main(["reduce", "--simulator", "--shape", "41", "--no-db"]) == 130
-    assert "everything measured so far is in the study" in capsys.readouterr().err
+    assert cli.main(["studies", "list", "--state-dir", "nowhere"]) == 130  # has --state-dir, measures nothing
+    assert capsys.readouterr().err.strip() == "interrupted"
+    for command in (["reduce", "--simulator", "--shape", "41", "--no-db"],
+                    ["coverage", "reduce", "--simulator", "--no-db"], ["met", "tune", "--simulator"]):
+        assert cli.main(command) == 130, command
+        assert "everything measured so far is in the study" in capsys.readouterr().err, command
 
 
-def test_selftest_parts_hold_every_case_once():
+def test_selftest_parts_hold_every_case_once(capsys):
     """``--part I/N``: the N parts of a selftest plan are disjoint and together the whole plan, in its order; a part
     outside 1..N is refused on the command line."""
     from autotune.commands.cli import main
@@ -492,12 +496,27 @@ def test_selftest_parts_hold_every_case_once():
     plan = plan_for(("matmul", "reduce"), None, True, np.random.default_rng(0))
     whole = [(kind, dtype, repr(args)) for kind, dtype, args, _, _ in plan]
     assert len(whole) > 8 and len(set(whole)) == len(whole)
-    for count in (1, 2, 3, 4, len(plan) + 1):
+    for count in (1, 2, 3, 4, len(plan)):
         parts = [[(k, d, repr(a)) for k, d, a, _, _ in plan_part(plan, i, count)] for i in range(1, count + 1)]
         assert sorted(c for p in parts for c in p) == sorted(whole)
         assert all(p == [c for c in whole if c in p] for p in parts)  # each in the plan's order
-    with pytest.raises(ValueError):
-        plan_part(plan, 0, 2)
+    for index, count in ((0, 2), (3, 2), (1, len(plan) + 1)):  # the last would leave a part with nothing to check
+        with pytest.raises(ValueError, match="--part"):
+            plan_part(plan, index, count)
     for bad in ("3/2", "0/1", "a/b", "2"):
         with pytest.raises(SystemExit):
             main(["selftest", "--simulator", "--part", bad])
+        assert "takes I/N" in capsys.readouterr().err
+
+
+def test_selftest_runs_the_part_asked_for(monkeypatch, capsys):
+    """``autotune selftest --part 2/3`` checks the second share of the plan (the one ``plan_part`` gives)."""
+    from autotune.commands import cli, selftest
+
+    seen = []
+    monkeypatch.setattr(selftest, "check_plan", lambda plan, rng, out=None: seen.append(plan) or True)
+    monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
+    assert cli.main(["selftest", "--simulator", "--family", "reduce", "--part", "2/3"]) == 0
+    whole = selftest.plan_for(("reduce",), None, True, np.random.default_rng(0))
+    assert [c[:3] for c in seen[0]] == [c[:3] for c in whole[1::3]]
+    assert "part 2 of 3" in capsys.readouterr().out

@@ -43,7 +43,7 @@ def planted(rng, device=SIM):
     configs = [space.validate(c, dtype="float32", args=ARGS) for c in (SMALL, WIDE, {"strategy": "shared16"})]
     shapes, ms = [], []
     while len(shapes) < 40:
-        shape = tuple(int(d) for d in np.round(2 ** rng.uniform(4, 12, size=3)))
+        shape = tuple(int(d) for d in np.round(2 ** rng.uniform((5, 5, 4), 12)))  # M, N > 16: no skinny shape
         if shape in shapes:
             continue
         base = math.prod(shape) * 1e-9 * rng.uniform(0.5, 2)

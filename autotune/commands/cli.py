@@ -69,9 +69,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
 
 
 def _interrupted(args: argparse.Namespace | None) -> int:
-    """Exit status 130; a command that keeps studies (it has ``--state-dir``) says that its measurements are kept,
-    the others (selftest, bench, ...) start afresh when run again and do not claim otherwise."""
-    if args is not None and hasattr(args, "state_dir"):
+    """Exit status 130; a command that measures into studies (``keeps_studies``: tune and its shorthands, coverage,
+    met tune) says that its measurements are kept, the others (selftest, bench, studies, ...) do not claim it."""
+    if getattr(args, "keeps_studies", False):
         print("interrupted; everything measured so far is in the study and is used when you run again",
               file=sys.stderr)
     else:
@@ -188,6 +188,7 @@ def _tune_args(p: argparse.ArgumentParser, impl=None) -> None:
                    "postgresql://user:password@host/db (pip install \"autotune[postgres]\"; default: a journal file "
                    "per GPU model under --state-dir)")
     p.add_argument("--state-dir", default="autotune-out", help="where studies live (default autotune-out/)")
+    p.set_defaults(keeps_studies=True)  # an interrupted run says its measurements are kept (_interrupted)
     p.add_argument("--space", help="your own search-space YAML (narrows the built-in one)")
     p.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     p.add_argument("--force", action="store_true", help="replace database entries even when slower")

@@ -63,6 +63,7 @@ def _coverage_parser(sub, common, chosen: list) -> None:
     p.add_argument("--storage", help="Optuna storage shared by several hosts (default: the journal file per GPU "
                                      "model under --state-dir)")
     p.add_argument("--state-dir", default="autotune-out", help="where the journal lives (default autotune-out/)")
+    p.set_defaults(keeps_studies=True)  # an interrupted run says its measurements are kept (cli._interrupted)
     p.add_argument("--study", help="the study's name (default: coverage/<case>/<set>/<method>@<gpu>); another "
                                    "name starts afresh, e.g. with new candidates")
     p.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
@@ -141,6 +142,15 @@ def _list(impl, dtype: str, family_args: dict, shape_set: str, shapes: list[tupl
 
 
 # -- rule -----------------------------------------------------------------------------------------------
+def served_text(matrix) -> str:
+    """'89 shapes (1 left out: their shapes set family arguments of their own)': the rows a rule is fitted and
+    scored on, and those it never serves."""
+    served, measured = len(matrix.ruled_rows()), len(matrix.measured_rows())
+    if measured == served:
+        return f"{served} shapes"
+    return f"{served} shapes ({measured - served} left out: their shapes set family arguments of their own)"
+
+
 def _rule_parser(sub, common) -> None:
     p = sub.add_parser("rule", parents=[common], help="fit, show or score the choice for untuned shapes",
                        description="A rule picks a configuration for any shape that has no database entry, from a "
@@ -197,7 +207,7 @@ def run_rule_fit(args) -> int:
     for name in args.matrix:
         matrix = read_matrix(name)
         result = fit_rule(matrix, settings, data=str(name))
-        print(f"{matrix.case} on {matrix.device['name']} ({len(matrix.measured_rows())} shapes, "
+        print(f"{matrix.case} on {matrix.device['name']} ({served_text(matrix)}, "
               f"{len(matrix.candidates)} candidates):\n{result.report()}")
         if args.dry_run:
             continue
@@ -247,8 +257,11 @@ def run_rule_score(args) -> int:
     files = [load_file(p) for p in (db_path(f, matrix.device["name"]) for f in database_folders(args.db))
              if p.exists()]
     rows = matrix.ruled_rows()
-    first = matrix.problem(matrix.shapes[rows[0]]) if rows else None
-    found = rule_for(first, files) if first else None
+    if not rows:
+        print(f"{args.matrix}: no measured shape that a rule for {matrix.case} serves; nothing to score")
+        return 1
+    print(f"{matrix.case}: {served_text(matrix)}")
+    found = rule_for(matrix.problem(matrix.shapes[rows[0]]), files)
     if found is None:
         print(f"no rule for {matrix.case} on {matrix.device['name']} in the database")
         return 1
@@ -292,6 +305,7 @@ def _met_parser(sub, common) -> None:
     tune.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     tune.add_argument("--storage", help="Optuna storage shared by several hosts")
     tune.add_argument("--state-dir", default="autotune-out", help="where the journal lives (default autotune-out/)")
+    tune.set_defaults(keeps_studies=True)
     tune.add_argument("--keep", action="store_true", help="keep the record after tuning (default: cleared when "
                                                           "every problem was tuned)")
     tune.add_argument("--simulator", action="store_true", help="dry run in Numba's CUDA simulator (nothing written "

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import sys
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
@@ -52,7 +53,7 @@ def _replace(path: Path, write: Callable[[IO], object], mode: str, encoding: str
     if parents:
         path.parent.mkdir(parents=True, exist_ok=True)
     permissions = mode_to_keep(path) if keep_mode else None
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:NAME_IN_TEMPORARY]}.", suffix=TEMPORARY_SUFFIX)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{_shortened(path.name)}.", suffix=TEMPORARY_SUFFIX)
     try:
         with os.fdopen(fd, mode, encoding=encoding) as f:
             write(f)
@@ -77,3 +78,9 @@ def mode_to_keep(path: Path) -> int:
         umask = os.umask(0)
         os.umask(umask)
         return 0o666 & ~umask
+
+
+def _shortened(name: str) -> str:
+    """The first ``NAME_IN_TEMPORARY`` bytes of ``name`` in the file system's encoding, cut at a character: the
+    temporary's name stays within the 255 bytes a name may have, whatever the characters."""
+    return os.fsencode(name)[:NAME_IN_TEMPORARY].decode(sys.getfilesystemencoding(), errors="ignore")

@@ -42,18 +42,18 @@ class _StrictLoader(yaml.SafeLoader):
 def _construct_mapping(loader: _StrictLoader, node: MappingNode, deep: bool = False):
     if not isinstance(node, MappingNode):  # an explicit !!map on a scalar or a sequence
         raise YamlFileError(f"line {node.start_mark.line + 1}: !!{node.tag.rpartition(':')[2]} needs a mapping")
-    seen: dict[Any, int] = {}
+    seen: dict[Any, Node] = {}
     for key_node, _ in node.value:
         if key_node.tag == "tag:yaml.org,2002:merge":
             continue
         key = loader.construct_object(key_node, deep=True)
         try:
-            first = seen.setdefault(key, key_node.start_mark.line + 1)
+            first = seen.setdefault(key, key_node)
         except TypeError:  # an unhashable key: the constructor below reports it
             continue
-        if first != key_node.start_mark.line + 1:
+        if first is not key_node:  # another key node, on another line or the same one (a flow mapping)
             raise YamlFileError(f"line {key_node.start_mark.line + 1}: key {key!r} is given twice in one mapping "
-                                f"(first on line {first})")
+                                f"(first on line {first.start_mark.line + 1})")
     return SafeConstructor.construct_mapping(loader, node, deep=deep)
 
 
@@ -216,7 +216,8 @@ def _measure(root: Node, max_nodes: int, max_depth: int) -> None:
     open_nodes: set[int] = set()
 
     def size(node: Node, depth: int) -> int:
-        if depth > max_depth:
+        # a collection counts its own level, as the event check (``_check_depth``) counts its start
+        if depth + (not isinstance(node, ScalarNode)) > max_depth:
             raise YamlFileError(f"line {node.start_mark.line + 1}: nested deeper than {max_depth} levels")
         key = id(node)
         if key in sizes:

@@ -277,7 +277,7 @@ def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: s
         quality.update(held_out_geomean=held_out.geomean, held_out_worst=held_out.worst)
     quality.update(fitted_geomean=fitted.geomean, fitted_worst=fitted.worst, portfolio_geomean=oracle.geomean,
                    portfolio_worst=oracle.worst)
-    record = rule_record(matrix.family, matrix.dtype, matrix.args, len(matrix.shapes[0]),
+    record = rule_record(matrix.family, matrix.dtype, matrix.args, len(matrix.shapes[rows[0]]),
                          [matrix.candidates[c] for c in final.portfolio], tree=final.tree,
                          nearest=final.nearest if model == "nearest" else None, quality=quality,
                          fit=dataclasses.asdict(settings), data=data, date=date or datetime.date.today().isoformat())
