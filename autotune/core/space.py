@@ -161,12 +161,14 @@ class SearchSpace:
     # -- enumeration and sampling -----------------------------------------------------------------
     def configurations(self, args: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Every assignment of the applicable parameters (constraints not applied), in a fixed order."""
+        context = self._context(args)
+
         def extend(chosen: dict[str, Any], rest: list[Param]) -> Iterator[dict[str, Any]]:
             if not rest:
                 yield dict(chosen)
                 return
             head, tail = rest[0], rest[1:]
-            if not head.applies({**self._context(args), **chosen}):
+            if not head.applies({**context, **chosen}):
                 yield from extend(chosen, tail)
                 return
             for value in head.values:
@@ -261,20 +263,22 @@ class SearchSpace:
     def _applicable(self, given: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
         """``given``'s values of the parameters that apply with them, the others that apply at their defaults."""
         chosen: dict[str, Any] = {}
+        seen = self._context(args)  # the context with the values chosen so far: {**context, **chosen}
         for p in self.params.values():
-            if p.applies({**self._context(args), **chosen}):
-                chosen[p.name] = given.get(p.name, p.default)
+            if p.applies(seen):
+                chosen[p.name] = seen[p.name] = given.get(p.name, p.default)
         return chosen
 
     def _random_config(self, rng: random.Random, args, pin, cheap) -> dict[str, Any] | None:
         chosen: dict[str, Any] = {}
+        seen = self._context(args)  # the context with the values chosen so far: {**context, **chosen}
         for p in self.params.values():
-            if not p.applies({**self._context(args), **chosen}):
+            if not p.applies(seen):
                 if p.name == pin[0]:
                     return None
                 continue
             values = [v for v in p.values if v in cheap.get(p.name, p.values)] or p.values
-            chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(values)
+            chosen[p.name] = seen[p.name] = pin[1] if p.name == pin[0] else rng.choice(values)
         return chosen
 
     def _reachable(self, name: str, args) -> bool:
