@@ -1,6 +1,7 @@
 """Every parameter value compiles for sm_90 through the real compiler (nvJitLink, no GPU), and the compiler's
 register count shows each variant can launch."""
 import collections
+import functools
 import json
 import os
 import re
@@ -8,26 +9,62 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autotune.core.registry import family
 
 HERE = Path(__file__).parent
 
 
-def run_compiler_script(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+def run_compiler_script(*args: str, timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
     """Run a script of tests/ in its own process with the real compiler, not the simulator."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(HERE.parent)
     return subprocess.run([sys.executable, *(str(HERE / a) if a.endswith(".py") else a for a in args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+                          capture_output=True, text=True, env=env, timeout=timeout, **kwargs)
 
 
-def test_covering_samples_compile_for_sm90():
-    proc = run_compiler_script("compile_sample.py", "2")
+# The covering samples of tests/compile_sample.py (114 variants, about 3 CPU-minutes of compiling) are compiled in
+# shards, each its own test, so that the test workers share them: every variant is in exactly one shard, every
+# shard must compile all of its variants, and test_covering_samples_use_every_value_of_every_parameter checks that
+# the variants together take every value of every parameter. The variants are drawn with fixed seeds (the same
+# list in every process) and handed to the compiling process as they were drawn here.
+COVERING_SHARDS = 4
+
+
+@functools.lru_cache(maxsize=None)
+def covering_items() -> tuple:
+    import compile_sample
+
+    return tuple(compile_sample.items())
+
+
+def test_covering_samples_use_every_value_of_every_parameter():
+    from autotune.core.space import load_space
+
+    items = covering_items()
+    assert len(items) >= 25
+    dynamic = [params for _, _, _, params in items if params.get("ASYNC_STAGES") == 4 and params.get("BK") == 32
+               and params.get("BM") == 64 and params.get("BN") == 64]
+    assert dynamic  # 64 KB of tiles: the shard that compiles it checks they are not static
+    values = {}
+    for kind, _, _, params in items:
+        for name, value in params.items():
+            values.setdefault((kind, name), set()).add(value)
+    for kind in ("matmul", "reduce"):
+        for name, param in load_space(kind).params.items():
+            assert values[(kind, name)] == set(param.values), (kind, name)  # every value is in a shard
+
+
+@pytest.mark.parametrize("shard", range(COVERING_SHARDS))
+def test_covering_samples_compile_for_sm90(shard):
+    items = covering_items()[shard::COVERING_SHARDS]
+    proc = run_compiler_script("compile_sample.py", "-", input=json.dumps(items))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     failed = [r for r in results if "error" in r]
     assert not failed, failed[:3]
-    assert len(results) >= 25
+    assert [(r["kind"], r["dtype"], r["params"]) for r in results] == [(k, d, p) for k, d, _, p in items]
     print(f"\n{'family':42} {'registers':>9} {'spill bytes':>11}  parameters")
     for r in results:
         report = r["report"]
@@ -36,16 +73,7 @@ def test_covering_samples_compile_for_sm90():
         assert report["registers"] * family(r["kind"]).threads(r["params"]) <= 65536, r  # launch_bounds keeps every block launchable
     dynamic = [r for r in results if r["params"].get("ASYNC_STAGES") == 4 and r["params"].get("BK") == 32
                and r["params"].get("BM") == 64 and r["params"].get("BN") == 64]
-    assert dynamic and all(r["report"]["shared_bytes"] < 48 * 1024 for r in dynamic)  # 64 KB of tiles, not static
-    values = {}
-    for r in results:
-        for name, value in r["params"].items():
-            values.setdefault((r["kind"], name), set()).add(value)
-    for kind in ("matmul", "reduce"):
-        from autotune.core.space import load_space
-
-        for name, param in load_space(kind).params.items():
-            assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled
+    assert all(r["report"]["shared_bytes"] < 48 * 1024 for r in dynamic)  # 64 KB of tiles, not static
 
 
 def test_split_k_adds_compile_to_the_chosen_instructions():
