@@ -358,10 +358,38 @@ def half_precision_types(ptx: str) -> list[str]:
 
 
 def ptx_sample(*names: str) -> dict[str, str]:
-    """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
-    proc = run_compiler_script("ptx_sample.py", *names, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own: those another test
+    of this run compiled already (tiled, fp16, wgmma_bf16, ... are each read by two tests) are taken from the file
+    it left in the kernel cache, under a digest of the sources that make the PTX."""
+    folder = Path(os.environ["AUTOTUNE_CACHE_DIR"]) / "test-ptx" / _ptx_sources_digest()
+    found = {name: (folder / f"{name}.ptx").read_text() for name in names if (folder / f"{name}.ptx").is_file()}
+    missing = [name for name in names if name not in found]
+    if missing:
+        proc = run_compiler_script("ptx_sample.py", *missing, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        compiled = json.loads(proc.stdout)
+        assert sorted(compiled) == sorted(missing), (sorted(compiled), missing)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in compiled.items():
+            tmp = folder / f"{name}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, folder / f"{name}.ptx")
+        found.update(compiled)
+    return {name: found[name] for name in names}
+
+
+@functools.lru_cache(maxsize=None)
+def _ptx_sources_digest() -> str:
+    """A digest of what the sample's PTX is made from: the package's sources and templates, the sample script and
+    the installed numba-cuda (a cache folder kept between runs never hands out PTX of other code)."""
+    import hashlib
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(version("numba-cuda").encode())
+    for path in sorted([*(HERE.parent / "autotune").rglob("*"), HERE / "ptx_sample.py"]):
+        if path.is_file() and path.suffix in (".py", ".j2", ".yaml"):
+            digest.update(str(path.relative_to(HERE.parent)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
 
 
 def unnumbered(ptx: str) -> str:
