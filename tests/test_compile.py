@@ -16,12 +16,17 @@ from autotune.core.registry import family
 HERE = Path(__file__).parent
 
 
-def run_compiler_script(*args: str, timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
-    """Run a script of tests/ in its own process with the real compiler, not the simulator."""
+def compiler_env() -> dict[str, str]:
+    """This process's environment without the simulator, with this checkout first on the path."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(HERE.parent)
+    return env
+
+
+def run_compiler_script(*args: str, timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
+    """Run a script of tests/ in its own process with the real compiler, not the simulator."""
     return subprocess.run([sys.executable, *(str(HERE / a) if a.endswith(".py") else a for a in args)],
-                          capture_output=True, text=True, env=env, timeout=timeout, **kwargs)
+                          capture_output=True, text=True, env=compiler_env(), timeout=timeout, **kwargs)
 
 
 # The covering samples of tests/compile_sample.py (114 variants, about 3 CPU-minutes of compiling) are compiled in
@@ -358,16 +363,15 @@ def half_precision_types(ptx: str) -> list[str]:
 
 
 def ptx_sample(*names: str) -> dict[str, str]:
-    """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own: those another test
-    of this run compiled already (tiled, fp16, wgmma_bf16, ... are each read by two tests) are taken from the file
-    it left in the kernel cache, under a digest of the sources that make the PTX."""
+    """The PTX of the named variants of tests/ptx_sample.py, compiled by this test worker's compiler process
+    (``_ptx_server_compile``): those another test of this run compiled already (tiled, fp16, wgmma_bf16, ... are
+    each read by two tests) are taken from the file it left in the kernel cache, under a digest of the sources that
+    make the PTX."""
     folder = Path(os.environ["AUTOTUNE_CACHE_DIR"]) / "test-ptx" / _ptx_sources_digest()
     found = {name: (folder / f"{name}.ptx").read_text() for name in names if (folder / f"{name}.ptx").is_file()}
     missing = [name for name in names if name not in found]
     if missing:
-        proc = run_compiler_script("ptx_sample.py", *missing, timeout=300)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        compiled = json.loads(proc.stdout)
+        compiled = _ptx_server_compile(missing)
         assert sorted(compiled) == sorted(missing), (sorted(compiled), missing)
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in compiled.items():
@@ -376,6 +380,32 @@ def ptx_sample(*names: str) -> dict[str, str]:
             os.replace(tmp, folder / f"{name}.ptx")
         found.update(compiled)
     return {name: found[name] for name in names}
+
+
+_PTX_SERVER: dict[str, subprocess.Popen] = {}
+
+
+def _ptx_server_compile(names: list[str], timeout: float = 300.0) -> dict[str, str]:
+    """The PTX of ``names`` from this test process's ``ptx_sample.py --serve`` (started at its first use; it ends
+    when this process does and its stdin closes); a compile error fails the test with the traceback."""
+    import select
+
+    server = _PTX_SERVER.get("process")
+    if server is None or server.poll() is not None:
+        log = open(Path(os.environ["AUTOTUNE_CACHE_DIR"]) / f"ptx-server-{os.getpid()}.log", "w")  # noqa: SIM115
+        server = _PTX_SERVER["process"] = subprocess.Popen(
+            [sys.executable, str(HERE / "ptx_sample.py"), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, env=compiler_env())
+    server.stdin.write(json.dumps(names) + "\n")
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], timeout)[0]:
+        server.kill()
+        raise AssertionError(f"no PTX of {names} after {timeout:.0f} s")
+    line = server.stdout.readline()
+    assert line, f"the PTX process ended (exit code {server.wait()}) without answering for {names}"
+    reply = json.loads(line)
+    assert "error" not in reply, reply.get("error")
+    return reply["ptx"]
 
 
 @functools.lru_cache(maxsize=None)
