@@ -2,6 +2,11 @@
 
 Run by tests/test_compile.py in its own process: the CUDA simulator, which the other tests use, and the
 real compiler cannot share one. Prints one JSON line per variant: family, parameters and the ptxas report.
+
+    python tests/compile_sample.py [WORKERS]   every variant of ``items()``, in a pool of WORKERS (default 2)
+    python tests/compile_sample.py -           the variants given as a JSON list on stdin, in this process
+
+The test hands each of its shards a slice of ``items()`` (computed in the test's process) the second way.
 """
 import json
 import sys
@@ -83,15 +88,23 @@ def compile_one(item):
         return {"kind": kind, "dtype": dtype, "family": family, "params": params, "error": f"{exc}"}
 
 
-def main():
-    items = []
+def items() -> list:
+    """(kind, dtype, family arguments, parameters) of every variant: the covering samples, then the extras."""
+    found = []
     for kind, dtype, family in FAMILIES:
         sample, _ = load_space(kind).covering_sample(dtype=dtype, args=family, seed=5, cheap=CHEAP[kind],
                                                     candidates=8)
-        items += [(kind, dtype, family, params) for params in sample]
-    items += EXTRA + GEMV_EXTRA
+        found += [(kind, dtype, family, params) for params in sample]
+    return found + EXTRA + GEMV_EXTRA
+
+
+def main():
+    if sys.argv[1:] == ["-"]:  # one after another here: a test worker has one CPU of its own (tests/conftest.py)
+        for item in json.load(sys.stdin):
+            print(json.dumps(compile_one(item)), flush=True)
+        return
     with CompilePool(int(sys.argv[1]) if len(sys.argv) > 1 else 2) as pool:
-        for result in pool.map(compile_one, items):
+        for result in pool.map(compile_one, items()):
             print(json.dumps(result), flush=True)
 
 

@@ -1,11 +1,15 @@
 """Print the PTX of a few fixed variants as one JSON object, for tests/test_compile.py to read: those named on
 the command line, else all.
 
-Run in its own process, without the CUDA simulator (see compile_sample.py).
+Run in its own process, without the CUDA simulator (see compile_sample.py). With ``--serve`` it stays up and
+answers each line of stdin (a JSON list of names) with one line: {"ptx": {name: text}} or {"error": traceback};
+tests/test_compile.py keeps one such process per test worker, so that the interpreter, Numba and NVVM start once.
 """
 import json
+import os
 import re
 import sys
+import traceback
 
 from autotune.runtime.build import build_kernel
 from autotune.runtime.compiler import load_source, ptx_of
@@ -92,24 +96,43 @@ def tf32_copy(name: str) -> str:
     return ptx_of(kernel, f"void(float32[::1], float32[::1], int64, int64, int64, int64{flag})")
 
 
+ALL = [*VARIANTS, "tiled_statements", "tf32_rows", "tf32_transpose", "gemv_finish"]
+
+
+def ptx(name: str) -> str:
+    """The PTX of one named variant."""
+    if name == "tiled_statements":
+        return statement_form()
+    if name.startswith("tf32_") and name not in VARIANTS:
+        return tf32_copy(name)
+    if name == "gemv_finish":  # the kernel rounding gemv_cols_f16's float32 workspace into C
+        kind, dtype, params, args = VARIANTS["gemv_cols_f16"]
+        (finish, signature), = build_kernel(kind, params, dtype, **args).helper_kernels()
+        return ptx_of(finish, signature)
+    kind, dtype, params, args = VARIANTS[name]
+    kernel = build_kernel(kind, params, dtype, **args)
+    return ptx_of(kernel.kernel, kernel.signature)
+
+
+def serve() -> None:
+    """Answer requests until stdin ends; whatever else writes to stdout (file descriptor 1) goes to stderr."""
+    replies = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    for line in sys.stdin:
+        try:
+            reply = {"ptx": {name: ptx(name) for name in json.loads(line)}}
+        except Exception:  # said in the reply; the next request still gets an answer
+            reply = {"error": traceback.format_exc()}
+        replies.write(json.dumps(reply) + "\n")
+        replies.flush()
+
+
 def main():
-    out = {}
-    for name in sys.argv[1:] or [*VARIANTS, "tiled_statements", "tf32_rows", "tf32_transpose", "gemv_finish"]:
-        if name == "tiled_statements":
-            out[name] = statement_form()
-            continue
-        if name.startswith("tf32_") and name not in VARIANTS:
-            out[name] = tf32_copy(name)
-            continue
-        if name == "gemv_finish":  # the kernel rounding gemv_cols_f16's float32 workspace into C
-            kind, dtype, params, args = VARIANTS["gemv_cols_f16"]
-            (finish, signature), = build_kernel(kind, params, dtype, **args).helper_kernels()
-            out[name] = ptx_of(finish, signature)
-            continue
-        kind, dtype, params, args = VARIANTS[name]
-        kernel = build_kernel(kind, params, dtype, **args)
-        out[name] = ptx_of(kernel.kernel, kernel.signature)
-    print(json.dumps(out))
+    if sys.argv[1:] == ["--serve"]:
+        serve()
+        return
+    print(json.dumps({name: ptx(name) for name in sys.argv[1:] or ALL}))
 
 
 if __name__ == "__main__":

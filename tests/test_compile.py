@@ -1,6 +1,7 @@
 """Every parameter value compiles for sm_90 through the real compiler (nvJitLink, no GPU), and the compiler's
 register count shows each variant can launch."""
 import collections
+import functools
 import json
 import os
 import re
@@ -8,26 +9,67 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from autotune.core.registry import family
 
 HERE = Path(__file__).parent
 
 
-def run_compiler_script(*args: str, timeout: int = 900) -> subprocess.CompletedProcess:
-    """Run a script of tests/ in its own process with the real compiler, not the simulator."""
+def compiler_env() -> dict[str, str]:
+    """This process's environment without the simulator, with this checkout first on the path."""
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     env["PYTHONPATH"] = str(HERE.parent)
+    return env
+
+
+def run_compiler_script(*args: str, timeout: int = 900, **kwargs) -> subprocess.CompletedProcess:
+    """Run a script of tests/ in its own process with the real compiler, not the simulator."""
     return subprocess.run([sys.executable, *(str(HERE / a) if a.endswith(".py") else a for a in args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+                          capture_output=True, text=True, env=compiler_env(), timeout=timeout, **kwargs)
 
 
-def test_covering_samples_compile_for_sm90():
-    proc = run_compiler_script("compile_sample.py", "2")
+# The covering samples of tests/compile_sample.py (114 variants, about 3 CPU-minutes of compiling) are compiled in
+# shards, each its own test, so that the test workers share them: every variant is in exactly one shard, every
+# shard must compile all of its variants, and test_covering_samples_use_every_value_of_every_parameter checks that
+# the variants together take every value of every parameter. The variants are drawn with fixed seeds (the same
+# list in every process) and handed to the compiling process as they were drawn here.
+COVERING_SHARDS = 4
+
+
+@functools.lru_cache(maxsize=None)
+def covering_items() -> tuple:
+    import compile_sample
+
+    return tuple(compile_sample.items())
+
+
+def test_covering_samples_use_every_value_of_every_parameter():
+    from autotune.core.space import load_space
+
+    items = covering_items()
+    assert len(items) >= 25
+    dynamic = [params for _, _, _, params in items if params.get("ASYNC_STAGES") == 4 and params.get("BK") == 32
+               and params.get("BM") == 64 and params.get("BN") == 64]
+    assert dynamic  # 64 KB of tiles: the shard that compiles it checks they are not static
+    values = {}
+    for kind, _, _, params in items:
+        for name, value in params.items():
+            values.setdefault((kind, name), set()).add(value)
+    for kind in ("matmul", "reduce"):
+        for name, param in load_space(kind).params.items():
+            assert values[(kind, name)] == set(param.values), (kind, name)  # every value is in a shard
+
+
+@pytest.mark.parametrize("shard", range(COVERING_SHARDS))
+def test_covering_samples_compile_for_sm90(shard):
+    items = covering_items()[shard::COVERING_SHARDS]
+    proc = run_compiler_script("compile_sample.py", "-", input=json.dumps(items))
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = [json.loads(line) for line in proc.stdout.splitlines()]
     failed = [r for r in results if "error" in r]
     assert not failed, failed[:3]
-    assert len(results) >= 25
+    assert [(r["kind"], r["dtype"], r["params"]) for r in results] == [(k, d, p) for k, d, _, p in items]
     print(f"\n{'family':42} {'registers':>9} {'spill bytes':>11}  parameters")
     for r in results:
         report = r["report"]
@@ -36,16 +78,7 @@ def test_covering_samples_compile_for_sm90():
         assert report["registers"] * family(r["kind"]).threads(r["params"]) <= 65536, r  # launch_bounds keeps every block launchable
     dynamic = [r for r in results if r["params"].get("ASYNC_STAGES") == 4 and r["params"].get("BK") == 32
                and r["params"].get("BM") == 64 and r["params"].get("BN") == 64]
-    assert dynamic and all(r["report"]["shared_bytes"] < 48 * 1024 for r in dynamic)  # 64 KB of tiles, not static
-    values = {}
-    for r in results:
-        for name, value in r["params"].items():
-            values.setdefault((r["kind"], name), set()).add(value)
-    for kind in ("matmul", "reduce"):
-        from autotune.core.space import load_space
-
-        for name, param in load_space(kind).params.items():
-            assert values[(kind, name)] == set(param.values), (kind, name)  # every value was compiled
+    assert all(r["report"]["shared_bytes"] < 48 * 1024 for r in dynamic)  # 64 KB of tiles, not static
 
 
 def test_split_k_adds_compile_to_the_chosen_instructions():
@@ -330,10 +363,63 @@ def half_precision_types(ptx: str) -> list[str]:
 
 
 def ptx_sample(*names: str) -> dict[str, str]:
-    """The PTX of the named variants of tests/ptx_sample.py, compiled in a process of their own."""
-    proc = run_compiler_script("ptx_sample.py", *names, timeout=300)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return json.loads(proc.stdout)
+    """The PTX of the named variants of tests/ptx_sample.py, compiled by this test worker's compiler process
+    (``_ptx_server_compile``): those another test of this run compiled already (tiled, fp16, wgmma_bf16, ... are
+    each read by two tests) are taken from the file it left in the kernel cache, under a digest of the sources that
+    make the PTX."""
+    folder = Path(os.environ["AUTOTUNE_CACHE_DIR"]) / "test-ptx" / _ptx_sources_digest()
+    found = {name: (folder / f"{name}.ptx").read_text() for name in names if (folder / f"{name}.ptx").is_file()}
+    missing = [name for name in names if name not in found]
+    if missing:
+        compiled = _ptx_server_compile(missing)
+        assert sorted(compiled) == sorted(missing), (sorted(compiled), missing)
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in compiled.items():
+            tmp = folder / f"{name}.{os.getpid()}.tmp"
+            tmp.write_text(text)
+            os.replace(tmp, folder / f"{name}.ptx")
+        found.update(compiled)
+    return {name: found[name] for name in names}
+
+
+_PTX_SERVER: dict[str, subprocess.Popen] = {}
+
+
+def _ptx_server_compile(names: list[str], timeout: float = 300.0) -> dict[str, str]:
+    """The PTX of ``names`` from this test process's ``ptx_sample.py --serve`` (started at its first use; it ends
+    when this process does and its stdin closes); a compile error fails the test with the traceback."""
+    import select
+
+    server = _PTX_SERVER.get("process")
+    if server is None or server.poll() is not None:
+        log = open(Path(os.environ["AUTOTUNE_CACHE_DIR"]) / f"ptx-server-{os.getpid()}.log", "w")  # noqa: SIM115
+        server = _PTX_SERVER["process"] = subprocess.Popen(
+            [sys.executable, str(HERE / "ptx_sample.py"), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=log, text=True, env=compiler_env())
+    server.stdin.write(json.dumps(names) + "\n")
+    server.stdin.flush()
+    if not select.select([server.stdout], [], [], timeout)[0]:
+        server.kill()
+        raise AssertionError(f"no PTX of {names} after {timeout:.0f} s")
+    line = server.stdout.readline()
+    assert line, f"the PTX process ended (exit code {server.wait()}) without answering for {names}"
+    reply = json.loads(line)
+    assert "error" not in reply, reply.get("error")
+    return reply["ptx"]
+
+
+@functools.lru_cache(maxsize=None)
+def _ptx_sources_digest() -> str:
+    """A digest of what the sample's PTX is made from: the package's sources and templates, the sample script and
+    the installed numba-cuda (a cache folder kept between runs never hands out PTX of other code)."""
+    import hashlib
+    from importlib.metadata import version
+
+    digest = hashlib.sha256(version("numba-cuda").encode())
+    for path in sorted([*(HERE.parent / "autotune").rglob("*"), HERE / "ptx_sample.py"]):
+        if path.is_file() and path.suffix in (".py", ".j2", ".yaml"):
+            digest.update(str(path.relative_to(HERE.parent)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:24]
 
 
 def unnumbered(ptx: str) -> str:

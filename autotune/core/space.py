@@ -43,7 +43,10 @@ class Param:
     doc: str = ""
 
     def applies(self, context: Mapping[str, Any]) -> bool:
-        return all(context.get(key) in allowed for key, allowed in self.when.items())
+        for key, allowed in self.when.items():  # a loop, not all() over a generator: sampling calls this millions of times
+            if context.get(key) not in allowed:
+                return False
+        return True
 
     def check(self, value: Any) -> None:
         kind = type(self.values[0])
@@ -162,12 +165,14 @@ class SearchSpace:
     # -- enumeration and sampling -----------------------------------------------------------------
     def configurations(self, args: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
         """Every assignment of the applicable parameters (constraints not applied), in a fixed order."""
+        context = self._context(args)
+
         def extend(chosen: dict[str, Any], rest: list[Param]) -> Iterator[dict[str, Any]]:
             if not rest:
                 yield dict(chosen)
                 return
             head, tail = rest[0], rest[1:]
-            if not head.applies({**self._context(args), **chosen}):
+            if not head.applies({**context, **chosen}):
                 yield from extend(chosen, tail)
                 return
             for value in head.values:
@@ -195,12 +200,15 @@ class SearchSpace:
         # Narrowed as asked first; then, for values the narrowing cannot reach, with one parameter at a time
         # set free, and last with none narrowed.
         narrowings = [cheap, *({k: v for k, v in cheap.items() if k != free} for free in cheap), {}] if cheap else [{}]
+        context = self._context(args)
         for narrowing in narrowings:
+            drawable = self._drawable(narrowing)
             for _ in range(tries // len(narrowings)):
                 if not wanted & possible:
                     break
                 target = rng.choice(sorted(wanted, key=repr))
-                drawn = (self._random_config(rng, args, pin=target, cheap=narrowing) for _ in range(candidates))
+                drawn = (self._random_config(rng, args, pin=target, drawable=drawable, context=context)
+                         for _ in range(candidates))
                 valid = [c for c in drawn if c is not None and not self.violation(c, dtype=dtype, args=args)]
                 if not valid:
                     continue
@@ -224,7 +232,7 @@ class SearchSpace:
         rng.shuffle(values)
         for value in values:
             for _ in range(tries // len(first.values)):
-                config = self._random_config(rng, args, pin=(first.name, value), cheap={})
+                config = self._random_config(rng, args, pin=(first.name, value))
                 if config is None:  # the first parameter does not apply for these family arguments
                     break
                 if not self.violation(config, dtype=dtype, args=args):
@@ -262,20 +270,31 @@ class SearchSpace:
     def _applicable(self, given: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
         """``given``'s values of the parameters that apply with them, the others that apply at their defaults."""
         chosen: dict[str, Any] = {}
+        seen = self._context(args)  # the context with the values chosen so far: {**context, **chosen}
         for p in self.params.values():
-            if p.applies({**self._context(args), **chosen}):
-                chosen[p.name] = given.get(p.name, p.default)
+            if p.applies(seen):
+                chosen[p.name] = seen[p.name] = given.get(p.name, p.default)
         return chosen
 
-    def _random_config(self, rng: random.Random, args, pin, cheap) -> dict[str, Any] | None:
+    def _drawable(self, cheap: Mapping[str, tuple]) -> dict[str, tuple]:
+        """Each parameter's values that ``cheap`` leaves to draw from (all of them where it leaves none)."""
+        return {p.name: tuple(v for v in p.values if v in cheap.get(p.name, p.values)) or p.values
+                for p in self.params.values()}
+
+    def _random_config(self, rng: random.Random, args, pin, drawable: Mapping[str, tuple] | None = None,
+                       context: Mapping[str, Any] | None = None) -> dict[str, Any] | None:
+        """A configuration with ``pin`` (name, value) and each other applicable parameter drawn uniformly from its
+        ``drawable`` values (``_drawable``; default all); None where the pinned parameter does not apply.
+        ``context``: ``_context(args)``, where the caller has it."""
         chosen: dict[str, Any] = {}
+        seen = dict(self._context(args) if context is None else context)  # the context and the values chosen so far
         for p in self.params.values():
-            if not p.applies({**self._context(args), **chosen}):
+            if not p.applies(seen):
                 if p.name == pin[0]:
                     return None
                 continue
-            values = [v for v in p.values if v in cheap.get(p.name, p.values)] or p.values
-            chosen[p.name] = pin[1] if p.name == pin[0] else rng.choice(values)
+            chosen[p.name] = seen[p.name] = pin[1] if p.name == pin[0] else \
+                rng.choice(p.values if drawable is None else drawable[p.name])
         return chosen
 
     def _reachable(self, name: str, args) -> bool:
