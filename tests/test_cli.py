@@ -499,7 +499,7 @@ def test_selftest_parts_hold_every_case_once(capsys):
     from autotune.commands.cli import main
     from autotune.commands.selftest import plan_for, plan_part
 
-    plan = plan_for(("matmul", "reduce"), None, True, np.random.default_rng(0))
+    plan = plan_for(("matmul", "reduce"), ("float32",), True, np.random.default_rng(0))
     whole = [(kind, dtype, repr(args)) for kind, dtype, args, _, _ in plan]
     assert len(whole) > 8 and len(set(whole)) == len(whole)
     for count in (1, 2, 3, 4, len(plan)):
@@ -522,7 +522,7 @@ def test_selftest_runs_the_part_asked_for(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(selftest, "check_plan", lambda plan, rng, out=None: seen.append(plan) or True)
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
-    assert cli.main(["selftest", "--simulator", "--family", "reduce", "--part", "2/3"]) == 0
-    whole = selftest.plan_for(("reduce",), None, True, np.random.default_rng(0))
+    assert cli.main(["selftest", "--simulator", "--family", "reduce", "--dtype", "float32", "--part", "2/3"]) == 0
+    whole = selftest.plan_for(("reduce",), ("float32",), True, np.random.default_rng(0))
     assert [c[:3] for c in seen[0]] == [c[:3] for c in whole[1::3]]
     assert "part 2 of 3" in capsys.readouterr().out
