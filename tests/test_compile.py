@@ -1,5 +1,6 @@
 """Every parameter value compiles for sm_90 through the real compiler (nvJitLink, no GPU), and the compiler's
 register count shows each variant can launch."""
+import atexit
 import collections
 import functools
 import json
@@ -392,10 +393,12 @@ def _ptx_server_compile(names: list[str], timeout: float = 300.0) -> dict[str, s
 
     server = _PTX_SERVER.get("process")
     if server is None or server.poll() is not None:
-        log = open(Path(os.environ["AUTOTUNE_CACHE_DIR"]) / f"ptx-server-{os.getpid()}.log", "w")  # noqa: SIM115
-        server = _PTX_SERVER["process"] = subprocess.Popen(
-            [sys.executable, str(HERE / "ptx_sample.py"), "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=log, text=True, env=compiler_env())
+        _stop_ptx_server()
+        with open(Path(os.environ["AUTOTUNE_CACHE_DIR"]) / f"ptx-server-{os.getpid()}.log", "w") as log:
+            server = _PTX_SERVER["process"] = subprocess.Popen(
+                [sys.executable, str(HERE / "ptx_sample.py"), "--serve"], stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE, stderr=log, text=True, env=compiler_env())
+        atexit.register(_stop_ptx_server)
     server.stdin.write(json.dumps(names) + "\n")
     server.stdin.flush()
     if not select.select([server.stdout], [], [], timeout)[0]:
@@ -406,6 +409,20 @@ def _ptx_server_compile(names: list[str], timeout: float = 300.0) -> dict[str, s
     reply = json.loads(line)
     assert "error" not in reply, reply.get("error")
     return reply["ptx"]
+
+
+def _stop_ptx_server() -> None:
+    """End this process's PTX compiler process, if any: its stdin closed, it ends its loop (killed after 30 s)."""
+    server = _PTX_SERVER.pop("process", None)
+    if server is None:
+        return
+    server.stdin.close()
+    try:
+        server.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        server.wait()
+    server.stdout.close()
 
 
 @functools.lru_cache(maxsize=None)
