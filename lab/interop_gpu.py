@@ -50,9 +50,37 @@ def host(x) -> np.ndarray:
     return np.asarray(to_host(x))
 
 
-def close(got, want, rtol=1e-5) -> bool:
+def within_product_bound(got, A, B, ulps: float = 4.0) -> bool:
+    """``got`` is ``A @ B`` within float32's bound for a sum of K products in any order: each element within
+    ``ulps * K * eps * (|A| @ |B|)`` of the float64 product (an element near zero is no less exact than its terms
+    allow: a relative check fails there for any summation order but NumPy's)."""
+    got, A64, B64 = np.asarray(got, dtype=np.float64), A.astype(np.float64), B.astype(np.float64)
+    bound = ulps * A.shape[1] * np.finfo(np.float32).eps * (np.abs(A64) @ np.abs(B64))
+    return got.shape == (A.shape[0], B.shape[1]) and bool(np.all(np.abs(got - A64 @ B64) <= bound))
+
+
+def within(got, want, scale, n: int, rel: float = 0.0, ulps: float = 4.0) -> bool:
+    """``got`` is the float64 ``want`` within float32's bound for a sum of ``n`` terms in any order (``ulps * n *
+    eps * scale``, ``scale`` the sum of the terms' magnitudes) plus ``rel * |want|`` (a result rounded to a
+    narrower type); NaN exactly where ``want`` has NaN. A relative check fails for sums near zero whatever the
+    order of summation."""
     got, want = np.asarray(got, dtype=np.float64), np.asarray(want, dtype=np.float64)
-    return got.shape == want.shape and np.allclose(got, want, rtol=rtol, atol=1e-6, equal_nan=True)
+    if got.shape != want.shape or not np.array_equal(np.isnan(got), np.isnan(want)):
+        return False
+    bound = ulps * n * np.finfo(np.float32).eps * np.asarray(scale, dtype=np.float64) + rel * np.abs(want)
+    finite = ~np.isnan(want)
+    return bool(np.all(np.abs(got - want)[finite] <= np.broadcast_to(bound, want.shape)[finite]))
+
+
+def matches(op: str, got, x: np.ndarray, axis, keepdims: bool) -> bool:
+    """NumPy's reduction ``op`` of ``x``: max and min exactly (the result is one of the elements), a sum within
+    float32's bound (``within``)."""
+    want = reference(op, x, axis, keepdims)
+    if op != "sum":
+        got = np.asarray(got, dtype=np.float64)
+        return got.shape == want.shape and np.array_equal(got, want, equal_nan=True)
+    scale = np.nansum(np.abs(x.astype(np.float64)), axis=axis, keepdims=keepdims)
+    return within(got, want, scale, x.size if axis is None else x.shape[axis])
 
 
 def reference(op: str, x: np.ndarray, axis, keepdims: bool):
@@ -96,19 +124,20 @@ def check_functions(rng) -> None:
         for op in ("sum", "max", "min", "nanmax", "nanmin"):
             for axis, keepdims in ((None, False), (1, False), (0, True)):
                 got = getattr(autotune, op)(make(x), axis=axis, keepdims=keepdims)
-                check(is_library(got) and close(host(got), reference(op, x, axis, keepdims)),
+                check(is_library(got) and matches(op, host(got), x, axis, keepdims),
                       f"{name}: {op}(axis={axis}, keepdims={keepdims}) type {type(got).__name__}")
         got = autotune.dot(make(v), make(v))
-        check(is_library(got) and close(host(got), v.astype(np.float64) @ v), f"{name}: dot")
+        check(is_library(got) and within(host(got), v.astype(np.float64) @ v, v.astype(np.float64) @ v, v.size),
+              f"{name}: dot")
         got = autotune.matmul(make(A), make(B))
-        check(is_library(got) and close(host(got), A.astype(np.float64) @ B, rtol=1e-4), f"{name}: matmul")
+        check(is_library(got) and within_product_bound(host(got), A, B), f"{name}: matmul")
         if name != "numpy":
             out = make(np.full((64,), np.nan, np.float32))
-            check(autotune.sum(make(x), axis=1, out=out) is out and close(host(out), reference("sum", x, 1, False)),
+            check(autotune.sum(make(x), axis=1, out=out) is out and matches("sum", host(out), x, 1, False),
                   f"{name}: out= of {name}")
             host_out = np.full(64, np.nan, np.float32)
             check(autotune.max(make(x), axis=1, out=host_out) is host_out and
-                  close(host_out, reference("max", x, 1, False)), f"{name}: a NumPy out= of a {name} call")
+                  matches("max", host_out, x, 1, False), f"{name}: a NumPy out= of a {name} call")
 
 
 def check_torch_specifics(rng) -> None:
@@ -143,6 +172,33 @@ def check_torch_specifics(rng) -> None:
         total = autotune.sum(y, stream=s)
     s.synchronize()
     check(total.item() == 3 * (1 << 22), "torch: a call on the producer's non-blocking stream")
+    check_torch_replays(rng, torch)
+
+
+def check_torch_replays(rng, torch) -> None:
+    """Repeated calls on the same tensors replay the first call's launches onto new tensors from PyTorch's
+    allocator: each result right, each its own tensor, in every layout and on a stream that is not PyTorch's."""
+    x = torch.from_numpy(rng.standard_normal((5, 6, 7)).astype(np.float32)).cuda().permute(2, 1, 0)  # F-order
+    results = [autotune.sum(x, axis=1, keepdims=True) for _ in range(4)]
+    check(all(isinstance(r, torch.Tensor) and matches("sum", r.cpu().numpy(), x.cpu().numpy(), 1, True)
+              for r in results) and len({r.data_ptr() for r in results}) == 4,
+          "torch: replayed F-order sums, each right and its own tensor")
+    b = torch.from_numpy(rng.standard_normal((40, 50)).astype(np.float32)).cuda().to(torch.bfloat16)
+    terms = b.float().cpu().numpy().astype(np.float64)
+    results = [autotune.sum(b, axis=0) for _ in range(3)]
+    check(all(r.dtype == torch.bfloat16 and within(r.float().cpu().numpy(), terms.sum(axis=0),
+                                                    np.abs(terms).sum(axis=0), 40, rel=2.0 ** -8) for r in results),
+          "torch: replayed bfloat16 sums")
+    s = torch.cuda.Stream()
+    y = torch.ones(1 << 22, device="cuda")
+    torch.cuda.synchronize()
+    totals = [autotune.sum(y, stream=s) for _ in range(20)]  # PyTorch's current stream is not s
+    s.synchronize()
+    check(all(t.item() == 1 << 22 for t in totals), "torch: replayed sums on another stream than PyTorch's current one")
+    an = rng.standard_normal((96, 80)).astype(np.float32)
+    a = torch.from_numpy(an).cuda()
+    results = [autotune.matmul(a, a.T) for _ in range(3)]
+    check(all(within_product_bound(r.cpu().numpy(), an, an.T) for r in results), "torch: replayed matmuls")
 
 
 def check_torch_module(rng) -> None:

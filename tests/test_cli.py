@@ -418,6 +418,18 @@ def test_version_names_the_versions_and_the_replacements(tmp_path):
     assert out.returncode == 0
     for name in ("autotune 0.", "numba 0.", "numba-cuda 0.", "CUDA driver:", "compile-time replacements"):
         assert name in out.stdout, name
+    from autotune.core.yamlfast import parser_name
+
+    parser = [line for line in out.stdout.splitlines() if line.startswith("pyyaml ")]
+    assert len(parser) == 1 and (", parser: libyaml" in parser[0]) == (parser_name() == "libyaml"), parser
+
+
+def test_version_says_when_pyyaml_has_no_libyaml(monkeypatch):
+    from autotune.commands import version
+    from autotune.core import yamlfast
+
+    monkeypatch.setattr(yamlfast, "libyaml_usable", lambda: False)
+    assert "pure-Python parser" in version.yaml_parser() and "only-binary" in version.yaml_parser()
 
 
 def test_quiet_keeps_progress_off_and_verbose_adds_details(tmp_path):

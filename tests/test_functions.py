@@ -447,6 +447,30 @@ def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_m
     assert calls.Replay(other, (x, None), None, 0).result() is None
 
 
+def test_a_library_that_makes_its_own_results_gets_each_replay_written_into_a_new_one_of_its_arrays(monkeypatch):
+    """A library with ``new`` (PyTorch: tensors from its own allocator) is handed the kept output's form and the
+    launch stream, and each replay writes the array it returns, at its pointer; nothing comes from the pool."""
+    from autotune.runtime import libraries, result_pool
+
+    log, made = [], []
+    x, first_out = _Interfaced(4096), cuda.device_array(1, np.float32)
+    launch = _logged_launch(log)
+    launch = replace(launch, packed=launch.packed[:11] + (arrays.device_pointer(first_out),) + launch.packed[12:])
+
+    def new(written, stream):
+        made.append((written.shape, written.dtype, written.order, stream))
+        return f"array {len(made)}", 50_000 + 1024 * len(made)
+
+    own = libraries.Library("own", host=False, wrap=lambda d: pytest.fail("a made result is not wrapped"), new=new)
+    call = ("reduce", "sum", None, False, None)
+    calls.Replay(call, (x, None), None, 0, own).run(Plan([launch], first_out), first_out)
+    monkeypatch.setattr(result_pool, "empty", lambda *args: pytest.fail("a made result comes from the pool"))
+    results = [calls.Replay(call, (x, None), None, 0, own).result() for _ in range(2)]
+    assert results == ["array 1", "array 2"]
+    assert made == [((1,), "float32", "C", 0)] * 2
+    assert [packed[11] for packed in log[1:]] == [51_024, 52_048] and {packed[4] for packed in log} == {4096}
+
+
 def test_the_public_functions_are_kept_as_attributes_of_the_package_after_first_use():
     import autotune
     from autotune import functions as module

@@ -2,7 +2,7 @@
 
 autotune's version, Python's, and those of the packages that decide what a kernel compiles to and how fast it
 compiles (numba, numba-cuda, NumPy, the CUDA wheels: cuda-bindings, NVVM, nvJitLink), the CUDA driver's where one
-can be loaded, and which of autotune's compile-time replacements of numba-cuda internals are active
+can be loaded, the YAML parser in use, and which of autotune's compile-time replacements of numba-cuda internals are active
 (``autotune._patches.report()``).
 """
 from __future__ import annotations
@@ -35,6 +35,17 @@ def driver_version() -> str:
         return f"none loaded ({type(exc).__name__}: {text[:160]})"
 
 
+def yaml_parser() -> str:
+    """Which YAML parser reads databases and search spaces: libyaml (PyYAML's C extension, in PyPI's wheels) or,
+    where PyYAML was built without it, its pure-Python parser, several times slower on a first call."""
+    from ..core.yamlfast import parser_name
+
+    if parser_name() == "libyaml":
+        return "libyaml"
+    return "PyYAML's pure-Python parser (no libyaml: first calls parse the databases seconds slower; " \
+           "pip install --force-reinstall --only-binary=:all: pyyaml)"
+
+
 def replacements() -> list[tuple[str, str]]:
     """(name, 'active' or 'inactive: why') for each compile-time replacement of numba-cuda internals."""
     from .. import _patches
@@ -48,6 +59,7 @@ def version_report() -> str:
 
     lines = [f"autotune {__version__}", f"python {platform.python_version()} ({platform.platform()})"]
     lines += [f"{name} {installed(name)}" for name in PACKAGES]
+    lines.append(f"pyyaml {installed('pyyaml')}, parser: {yaml_parser()}")
     lines.append(f"CUDA driver: {driver_version()}")
     lines.append("compile-time replacements of numba-cuda (AUTOTUNE_NUMBA_PATCH chooses them):")
     lines += [f"  {name}: {state}" for name, state in replacements()]

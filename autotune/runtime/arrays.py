@@ -10,7 +10,7 @@ import numpy as np
 from numba import cuda
 
 from ..core.dtypes import BFLOAT16, is_torch_bfloat16, kernel_view, numpy_from_torch, retyped, torch_bits
-from .libraries import device_view_of_dlpack, host_view, library_of, refuse_gradients
+from .libraries import TORCH, device_view_of_dlpack, host_view, library_of, refuse_gradients
 
 
 def is_host(x: Any) -> bool:
@@ -178,6 +178,18 @@ def interface(x: Any) -> dict | None:
         found = getattr(torch_bits(x), "__cuda_array_interface__", None)  # None for a CPU tensor
         return None if found is None else dict(found, typestr="bfloat16")
     return getattr(x, "__cuda_array_interface__", None)
+
+
+def replay_form(x: Any) -> dict | None:
+    """What a replay key reads of the array ``x`` (pointer, shape, strides, element type, producer stream): its
+    CUDA Array Interface dict, or for a PyTorch CUDA tensor the same facts read from the tensor itself, with its
+    element strides and torch dtype (never equal to an interface's byte strides and typestr, so the two forms never
+    make one key). PyTorch builds its interface dict in Python at every read, a large share of the host time of a
+    call on tensors; it names no stream, and neither does this form. A tensor that records gradients gets the
+    interface path, which refuses it as before."""
+    if library_of(x) is TORCH and not x.requires_grad:
+        return {"data": (x.data_ptr(), False), "shape": x.shape, "strides": x.stride(), "typestr": x.dtype}
+    return interface(x)
 
 
 def stream_of(interface: dict | None) -> int | None:

@@ -52,7 +52,7 @@ class Replay:
         self.stream = stream
         self.out = out
         self.library = library
-        self.interfaces = [None if v is None else (arrays.interface(v) or False)
+        self.interfaces = [None if v is None else (arrays.replay_form(v) or False)
                            for v in (*inputs, out)]
         found = arrays.interfaces_key(self.interfaces)
         self.key = None if found is None else (call, library.name, found, stream_key(stream))
@@ -67,11 +67,16 @@ class Replay:
         if self.out is not None:
             plan()
             return self.out
+        if self.library.new is not None:
+            new, pointer = self.library.new(written, self.stream)
+            return written.replay_onto(plan, new, pointer)
         new = written.replay(plan, self.stream)
         return new if self.library.wrap is None else self.library.wrap(new)
 
     def follow(self) -> None:
-        streams.follow(self.stream, map(arrays.stream_of, filter(None, self.interfaces)))
+        producers = [arrays.stream_of(found) for found in self.interfaces if found]
+        if any(producer is not None for producer in producers):
+            streams.follow(self.stream, producers)
 
     def run(self, plan: Plan, result) -> None:
         """Run the first call's plan, which writes ``result``, and keep it for the next (a plan for a new output

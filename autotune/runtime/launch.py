@@ -28,7 +28,7 @@ from .numba_kernels import numba_configure
 from .streams import stream_key
 
 MAX_PLANS = 32
-MAX_MOVES = 8  # moved launches kept per kept plan (Written.replay)
+MAX_MOVES = 8  # moved launches kept per kept plan (Written.replay_onto)
 SIMULATOR_SWITCH_S = 5e-4  # seconds; 1e-4 to 1e-3 measured alike, the default 5e-3 3-5x slower
 _recording = threading.local()  # per thread: kernel objects are shared, a recording must not catch other calls
 
@@ -99,15 +99,20 @@ class Written:
         return cls(arrays.device_pointer(d), d.nbytes, tuple(d.shape), np.dtype(d.dtype).name, order,
                    result_pool.context_of(d))
 
-    def new(self, stream=0):
-        return result_pool.empty(self.shape, self.dtype, self.order, stream, self.context)
+    def new(self, stream=0) -> tuple[Any, int]:
+        """A new array of this output's form from the result pool, for work on ``stream``, and its pointer."""
+        new = result_pool.empty(self.shape, self.dtype, self.order, stream, self.context)
+        return new, arrays.device_pointer(new)
 
     def replay(self, plan: Plan, stream=0):
-        """``plan``, which wrote this output on ``stream``, run onto a new array; the new array. The moved
-        launches are kept per new pointer (not the array, which would keep its block from the result pool): a
-        result dropped before the next call hands its block to that call, so repeated calls move nothing."""
-        new = self.new(stream)
-        pointer = arrays.device_pointer(new)
+        """``plan``, which wrote this output on ``stream``, run onto a new array from the result pool; that array."""
+        return self.replay_onto(plan, *self.new(stream))
+
+    def replay_onto(self, plan: Plan, new, pointer: int):
+        """``plan``, which wrote this output, run onto ``new`` (an array of this output's form at ``pointer``, made
+        for work on the plan's stream); ``new``. The moved launches are kept per new pointer (not the array, which
+        would keep its memory alive): a result dropped before the next call hands its block to that call (the result
+        pool's rule, and PyTorch's caching allocator's), so repeated calls move nothing."""
         steps = self.moves.get(pointer)
         if steps is None:
             if len(self.moves) >= MAX_MOVES:

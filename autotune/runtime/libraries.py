@@ -14,12 +14,16 @@ are), on that argument's side of the bus, without copying on the device:
 | a DLPack producer on the host (JAX on the CPU) | copied to the GPU | NumPy array |
 
 PyTorch and CuPy results view the memory of a new device array made by ``result_pool``: the library's array
-keeps that array alive, and its block returns to the pool with the last view, by the pool's rule. A tensor that
+keeps that array alive, and its block returns to the pool with the last view, by the pool's rule. A replayed call
+on tensors (``calls.Replay``) instead writes a new tensor from PyTorch's own caching allocator (``Library.new``):
+viewing a Numba array costs PyTorch several microseconds of reading its interface. A tensor that
 records gradients is refused: autotune's functions record none (``autotune.torch`` has a differentiable matmul).
 Which library an argument belongs to is worked out once per type (and per device for PyTorch).
 """
 from __future__ import annotations
 
+import functools
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -27,6 +31,7 @@ from typing import Any, Callable
 import numpy as np
 
 from ..core.dtypes import BFLOAT16, numpy_from_torch, retyped, torch_from_device, torch_from_numpy
+from .streams import stream_key
 
 DLPACK_HOST = (1, 3)  # DLPack's kDLCPU, kDLCUDAHost: memory the host reads
 DLPACK_DEVICE = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -41,6 +46,9 @@ class Library:
     name: str
     host: bool
     wrap: Callable[[Any], Any] | None = None  # None: the array as it is
+    # (launch.Written, stream) -> a new array of that output's form for work on the stream, and its pointer; None:
+    # a Numba array from the result pool, wrapped
+    new: Callable[[Any, Any], tuple[Any, int]] | None = None
 
     def result(self, value: Any, scalar: bool = False) -> Any:
         """``value`` (a NumPy array for a host library, else a Numba device array) as this library's result;
@@ -58,9 +66,48 @@ def _cupy_from_device(d):
     return cupy.asarray(d)
 
 
+def _torch_result(written, stream) -> tuple[Any, int]:
+    """A new PyTorch tensor of the form of a kept output (``launch.Written``), on the GPU it was made on, from
+    PyTorch's caching allocator, and its pointer. The allocator gives the block to PyTorch's current stream;
+    ``record_stream`` tells it that the launch stream uses it too (a no-op where they are the same), so the block
+    is not handed to other work before the launches that write it are done."""
+    torch = sys.modules["torch"]  # imported: the call's arguments are tensors
+    index = torch.cuda.current_device() if written.context is None else written.context.device.id
+    key = (index, stream_key(stream))
+    target = _torch_targets.get(key)
+    if target is None:
+        target = _torch_target(torch, *key)
+    device, torch_stream = target
+    if written.order == "C":
+        tensor = torch.empty(written.shape, dtype=_torch_dtype(written.dtype), device=device)
+    else:
+        shape = written.shape[::-1]
+        tensor = torch.empty(shape, dtype=_torch_dtype(written.dtype), device=device).permute(
+            *range(len(shape) - 1, -1, -1))
+    tensor.record_stream(torch_stream)
+    return tensor, tensor.data_ptr()
+
+
+_torch_targets: dict[tuple[int, int], tuple[Any, Any]] = {}
+
+
+def _torch_target(torch, index: int, handle: int) -> tuple[Any, Any]:
+    """PyTorch's device ``index`` and its stream object for the launch stream ``handle`` (0: the legacy default
+    stream, which is PyTorch's default stream), kept for later calls."""
+    device = torch.device("cuda", index)
+    stream = torch.cuda.default_stream(device) if handle == 0 else torch.cuda.ExternalStream(handle, device=device)
+    with _lock:
+        return _torch_targets.setdefault((index, handle), (device, stream))
+
+
+@functools.cache
+def _torch_dtype(name: str):
+    return getattr(sys.modules["torch"], name)
+
+
 NUMPY = Library("numpy", host=True)
 NUMBA = Library("numba", host=False)
-TORCH = Library("torch", host=False, wrap=torch_from_device)
+TORCH = Library("torch", host=False, wrap=torch_from_device, new=_torch_result)
 TORCH_CPU = Library("torch-cpu", host=True, wrap=torch_from_numpy)
 CUPY = Library("cupy", host=False, wrap=_cupy_from_device)
 DEVICE = Library("device", host=False)  # another CUDA Array Interface or DLPack producer on the GPU
