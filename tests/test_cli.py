@@ -100,6 +100,31 @@ def test_bench_without_a_gpu_says_so_and_suggests_a_dry_run_that_exists(tmp_path
     assert "autotune bench --family matmul --simulator" in out.stderr
 
 
+def test_the_bench_puts_each_installed_peer_library_on_the_gpu_it_times(monkeypatch):
+    """``bench --device 1``: PyTorch's and CuPy's current device become GPU 1 too, so their arrays and calls do not
+    default to GPU 0 while the events time GPU 1."""
+    import importlib.util
+    import sys
+    import types
+
+    from autotune.commands import bench
+
+    calls = []
+    torch = types.SimpleNamespace(cuda=types.SimpleNamespace(is_available=lambda: True,
+                                                             set_device=lambda i: calls.append(("torch", i))))
+    device = types.SimpleNamespace(use=lambda: calls.append(("cupy", "use")))
+    cupy = types.SimpleNamespace(cuda=types.SimpleNamespace(Device=lambda i: calls.append(("cupy", i)) or device))
+    monkeypatch.setitem(sys.modules, "torch", torch)
+    monkeypatch.setitem(sys.modules, "cupy", cupy)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: object() if name in ("torch", "cupy") else None)
+    bench.select_peer_device(1)
+    assert calls == [("torch", 1), ("cupy", 1), ("cupy", "use")]
+    calls.clear()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    bench.select_peer_device(1)
+    assert calls == []
+
+
 def test_a_bench_report_names_the_measuring_command_without_its_output_folder():
     from autotune.commands.bench import measuring_arguments
 

@@ -40,6 +40,21 @@ def missing_optional() -> list[str]:
     return [name for module, name in OPTIONAL.items() if importlib.util.find_spec(module) is None]
 
 
+def select_peer_device(index: int) -> None:
+    """Make GPU ``index`` the current device of the peer libraries installed here (``torch.cuda.set_device``,
+    CuPy's ``Device(index).use()``), as Numba's is: the peers' arrays (``torch.as_tensor(a, device="cuda")``,
+    ``cupy.asarray(a)``) and calls then stay on the GPU the bench times, where by default they would go to GPU 0."""
+    if importlib.util.find_spec("torch") is not None:
+        import torch
+
+        if torch.cuda.is_available():
+            torch.cuda.set_device(index)
+    if importlib.util.find_spec("cupy") is not None:
+        import cupy
+
+        cupy.cuda.Device(index).use()
+
+
 def seeds_of(problem: Problem) -> list[tuple[str, dict]]:
     space = load_space(problem.family)
     return [(name, space.restrict(p, dtype=problem.dtype, args=problem.args))
@@ -143,6 +158,10 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: 
                     "timings are meaningless and no library is timed beside them.")
     elif missing:
         logger.warning(f"not installed, so skipped: {', '.join(missing)} (pip install \"autotune[bench]\")")
+    if not simulator:
+        from numba import cuda
+
+        select_peer_device(cuda.get_current_device().id)
     flusher = None if simulator else L2Flusher()
     compile_ahead(problems, folders, tuned, seeds=not held_out)
     sections, plot_data, json_rows = [], [], []
