@@ -185,7 +185,7 @@ def run_suite(problems: list[Problem], db: str | None, out_dir: str, simulator: 
     out.mkdir(parents=True, exist_ok=True)
     stem = f"{device.slug}-held-out-{name}" if held_out else f"{device.slug}-{name}"
     md = out / f"{stem}.md"
-    md.write_text(header + "\n" + "\n\n".join(sections) + "\n")
+    md.write_text(header + "\n" + "\n\n".join(sections) + "\n", encoding="utf-8")
     write_rows(out / f"{stem}.json", json_rows)
     plotted = _plot(plot_data, device, out / f"{stem}.png")
     print(f"wrote {md}, {out / f'{stem}.json'}" + (f" and {plotted}" if plotted else
@@ -209,7 +209,7 @@ def _held_out_files(out: Path, device, json_rows: list[dict], command: str) -> N
                   f"Each family's held-out shapes (`autotune coverage FAMILY --list --set held-out` prints them "
                   f"and the seeded rule that draws them) and its standard suite, benched with `autotune bench "
                   f"FAMILY --held-out`; the last command: `{command}`, {datetime.date.today().isoformat()}; every "
-                  f"row in `{path.name}`.\n\n" + summary(rows) + "\n")
+                  f"row in `{path.name}`.\n\n" + summary(rows) + "\n", encoding="utf-8")
     print(f"wrote {path} and {md}")
 
 

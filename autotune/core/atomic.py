@@ -42,9 +42,10 @@ def write_bytes_atomic(path: str | os.PathLike, data: bytes, *, durable: bool = 
 
 
 def write_text_atomic(path: str | os.PathLike, text: str, *, durable: bool = False, keep_mode: bool = False,
-                      parents: bool = False, encoding: str | None = None) -> None:
-    """Replace the file at ``path`` with ``text`` atomically, encoded as ``Path.write_text`` encodes it (``encoding``,
-    else the locale's); see ``write_bytes_atomic``. An error while encoding leaves the old file as it was too."""
+                      parents: bool = False, encoding: str = "utf-8") -> None:
+    """Replace the file at ``path`` with ``text`` atomically, encoded in ``encoding`` (UTF-8: what every reader of
+    the project's files decodes, whatever the locale); see ``write_bytes_atomic``. An error while encoding leaves
+    the old file as it was too."""
     _replace(Path(path), lambda f: f.write(text), "w", encoding, durable, keep_mode, parents)
 
 

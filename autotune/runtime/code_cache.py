@@ -404,6 +404,6 @@ def source_hash(text: str) -> str:
 def file_source_hash(path: str) -> str | None:
     """``source_hash`` of a module file (a fixed kernel's); None where it cannot be read."""
     try:
-        return source_hash(Path(path).read_text())
+        return source_hash(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError):
         return None

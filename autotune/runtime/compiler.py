@@ -38,7 +38,7 @@ def write_source(source: str) -> Path:
     replaced, never imported)."""
     path = source_path(source)
     try:
-        if path.read_text() == source:
+        if path.read_text(encoding="utf-8") == source:
             return path
     except (OSError, UnicodeDecodeError):
         pass

@@ -113,7 +113,7 @@ def _wrap(dispatcher) -> "CachedDispatcher | None":
     if not generated and _PACKAGE not in path.parents:
         return None
     digest = code_cache.file_source_hash(str(path))
-    if digest is None or (generated and not cacheable_source(path.read_text())):
+    if digest is None or (generated and not cacheable_source(path.read_text(encoding="utf-8"))):
         return None
     return CachedDispatcher(digest, py_func.__name__, dispatcher)
 

@@ -141,8 +141,8 @@ def _recall(memo: Path) -> str | None:
     from .code_cache import source_hash
 
     try:
-        digest = memo.read_text().strip()
-        source = source_path_for(digest).read_text()
+        digest = memo.read_text(encoding="utf-8").strip()
+        source = source_path_for(digest).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     if source_hash(source) != digest:
