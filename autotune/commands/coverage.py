@@ -152,6 +152,9 @@ def served_text(matrix) -> str:
 
 
 def _rule_parser(sub, common) -> None:
+    from ..tuning.fit import FEATURE_CHOICES, SELECTION_CHOICES, FitSettings
+
+    default = FitSettings()
     p = sub.add_parser("rule", parents=[common], help="fit, show or score the choice for untuned shapes",
                        description="A rule picks a configuration for any shape that has no database entry, from a "
                        "small portfolio, by a shallow decision tree or the nearest coverage shape; it is fitted on a "
@@ -165,15 +168,29 @@ def _rule_parser(sub, common) -> None:
                           "earlier rule).")
     fit.add_argument("matrix", nargs="+", metavar="MATRIX", help="cross-time matrix files (JSON)")
     fit.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
-    fit.add_argument("--max-portfolio", type=positive_int, default=8, help="configurations at most (default 8)")
-    fit.add_argument("--threshold", type=positive_float, default=1.1,
-                     help="the portfolio grows until every shape has a member this close to its best (default 1.1)")
-    fit.add_argument("--depth", type=positive_int, default=4, help="tree depth at most (default 4)")
-    fit.add_argument("--min-leaf", type=positive_int, default=2, help="shapes per leaf at least (default 2)")
-    fit.add_argument("--folds", type=positive_int, default=5, help="cross-validation folds (default 5)")
-    fit.add_argument("--seed", type=int, default=0, help="seed of the folds (default 0)")
-    fit.add_argument("--model", choices=["auto", "tree", "nearest"], default="auto",
+    fit.add_argument("--max-portfolio", type=positive_int, default=default.max_portfolio,
+                     help=f"configurations at most (default {default.max_portfolio})")
+    fit.add_argument("--threshold", type=positive_float, default=default.threshold,
+                     help=f"the portfolio grows until every shape has a member this close to its best (default "
+                          f"{default.threshold})")
+    fit.add_argument("--depth", type=positive_int, default=default.max_depth,
+                     help=f"tree depth at most (default {default.max_depth})")
+    fit.add_argument("--min-leaf", type=positive_int, default=default.min_leaf,
+                     help=f"shapes per leaf at least (default {default.min_leaf})")
+    fit.add_argument("--neighbours", type=positive_int, default=default.neighbours,
+                     help=f"nearest model: how many nearest coverage shapes vote, weighted by closeness (default "
+                          f"{default.neighbours}; 1: the nearest one's ranking)")
+    fit.add_argument("--features", choices=FEATURE_CHOICES, default=default.features,
+                     help="nearest model: what the distance measures: the family's features (default; matmul: M, "
+                          "N, K and M*N) or the dimensions alone")
+    fit.add_argument("--folds", type=positive_int, default=default.folds,
+                     help=f"cross-validation folds (default {default.folds})")
+    fit.add_argument("--seed", type=int, default=default.seed, help=f"seed of the folds (default {default.seed})")
+    fit.add_argument("--model", choices=["auto", "tree", "nearest"], default=default.model,
                      help="auto (default): the better cross-validated of tree and nearest")
+    fit.add_argument("--selection", choices=SELECTION_CHOICES, default=default.selection,
+                     help="auto: the held-out quality picks the model inside each fold from its training shapes "
+                          "alone (nested, default), or once from all shapes (whole: slightly optimistic)")
     fit.add_argument("--min-quality", type=positive_float, default=0.75, metavar="FRACTION",
                      help="write a rule only where its cross-validated geometric mean reaches this fraction of the "
                           "best time (default 0.75): a rule below it likely serves unseen shapes worse than the "
@@ -202,7 +219,8 @@ def run_rule_fit(args) -> int:
     from ..tuning.matrix import read_matrix
 
     settings = FitSettings(max_portfolio=args.max_portfolio, threshold=args.threshold, max_depth=args.depth,
-                           min_leaf=args.min_leaf, folds=args.folds, seed=args.seed, model=args.model)
+                           min_leaf=args.min_leaf, folds=args.folds, seed=args.seed, model=args.model,
+                           neighbours=args.neighbours, features=args.features, selection=args.selection)
     refused = 0
     for name in args.matrix:
         matrix = read_matrix(name)

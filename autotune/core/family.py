@@ -359,6 +359,12 @@ class KernelFamily(abc.ABC):
         depends on the shape and the GPU's multiprocessor count only."""
         return dict(params)
 
+    def rule_features(self, rank: int) -> tuple:
+        """What a fitted rule's nearest model measures of a shape of ``rank`` dimensions (core/rule.py): each a
+        dimension index, or a tuple of indices whose product it is (matmul's M*N: how many output tiles fill the
+        GPU). The default: the dimensions alone."""
+        return tuple(range(rank))
+
     def shape_set(self, name: str, dtype: str, args: Mapping[str, Any]) -> list[tuple[int, ...]]:
         """The family's documented shapes (``core/shapesets.py``): 'coverage' (measured by ``autotune coverage``,
         rules are fitted on it), 'held-out' (drawn by the same rule with another seed, never tuned: the bench of

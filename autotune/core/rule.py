@@ -7,8 +7,14 @@ and a **model** that ranks them for any shape. Two models exist, both determinis
 - ``tree``: a shallow decision tree on the shape. Each inner node compares one feature with a threshold (``dim``:
   the index of a dimension, or ``size`` for the product of all of them; ``at``: a number) and goes ``below`` where
   the feature is at most ``at``, else ``above``; each leaf (``use``) lists portfolio indices, best first.
-- ``nearest``: the coverage shapes the rule was fitted on, each with its own ranking; a new shape takes the
-  ranking of the nearest one (the sum of |log2| ratios over dimensions, as the nearest-entry lookup measures).
+- ``nearest``: the coverage shapes the rule was fitted on. The distance between two shapes is the sum of |log2|
+  ratios over the rule's ``features`` (each a dimension index, or a list of indices: the product of those
+  dimensions, as matmul's M*N, the output's size; absent: the dimensions, as the nearest-entry lookup measures).
+  With ``neighbours`` absent or 1, each coverage shape has its own ranking (``use``) and a new shape takes the
+  nearest one's. With ``neighbours: k`` above 1, each coverage shape holds ``slowdown``: every portfolio
+  configuration's time there over the best time known for the shape (1000 where it failed); a new shape ranks the
+  configurations by the sum over its k nearest coverage shapes (the first in file order on equal distances) of
+  log(slowdown) weighted by 1 / (distance + 0.5): the configuration expected to lose least time comes first.
 
 The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first
 few. The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
@@ -23,6 +29,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Mapping, NamedTuple, Union
 
+import numpy as np
+
 from .problem import MAX_DIMENSION
 from .registry import FamilyError
 from .registry import family as family_named
@@ -34,12 +42,30 @@ MAX_DEPTH = 8
 MAX_NODES = 511
 MAX_NEAREST = 4096
 MAX_RANK = 8
-FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "quality", "fit", "data", "date")
+MAX_NEIGHBOURS = 64
+MAX_FEATURES = 16
+MAX_SLOWDOWN = 1e6
+FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "features", "neighbours", "quality", "fit", "data",
+          "date")
+NEAREST_OFFSET = 0.5  # the weight of a neighbour at distance d (in log2 units) is 1 / (d + NEAREST_OFFSET)
 SIZE = "size"  # the feature that is the product of all dimensions
 
 
 class RuleError(ValueError):
     """A rule is malformed; the message names the field."""
+
+
+#: a feature of the nearest model: a dimension index, or the indices of the dimensions whose product it is
+Feature = Union[int, tuple]
+
+
+class Neighbour(NamedTuple):
+    """A coverage shape of a nearest model: its features (log2), its ranking (portfolio indices, best first) and,
+    where the rule votes among several neighbours, log(slowdown) per portfolio configuration."""
+
+    point: tuple
+    ranking: tuple
+    losses: Union[tuple, None] = None
 
 
 class Split(NamedTuple):
@@ -58,7 +84,8 @@ Node = Union[tuple, Split]
 @dataclass(frozen=True)
 class Rule:
     """A parsed, checked rule. ``tree`` is a leaf (a tuple of portfolio indices) or a ``Split``; ``nearest`` is a
-    tuple of (log2 shape, ranking) pairs."""
+    tuple of ``Neighbour`` (or of (log2 features, ranking) pairs), ``features`` what they measure (empty: the
+    dimensions) and ``neighbours`` how many of the nearest vote."""
 
     family: str
     dtype: str
@@ -67,8 +94,17 @@ class Rule:
     portfolio: tuple[dict[str, Any], ...]
     tree: Any = None
     nearest: tuple = ()
+    features: tuple = ()
+    neighbours: int = 1
     quality: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
+    _table: Any = field(default=None, compare=False, repr=False)  # the nearest items as arrays, for speed
+
+    def __post_init__(self):
+        if self.nearest:
+            points = np.array([item[0] for item in self.nearest], dtype=float)
+            losses = np.array([item[2] for item in self.nearest], dtype=float) if self.neighbours > 1 else None
+            object.__setattr__(self, "_table", (points, losses))
 
     @property
     def model(self) -> str:
@@ -89,9 +125,11 @@ class Rule:
             while isinstance(node, Split):
                 node = node.below if feature_value(shape, node.feature) <= node.at else node.above
             return node
-        logs = [math.log2(d) for d in shape]
-        best = min(self.nearest, key=lambda item: sum(abs(a - b) for a, b in zip(logs, item[0])))
-        return best[1]
+        points, losses = self._table
+        distances = np.abs(points - np.array(feature_point(shape, self.features))).sum(axis=1)
+        if self.neighbours <= 1:
+            return self.nearest[int(np.argmin(distances))][1]  # the first of equally near ones
+        return vote(distances, losses, self.neighbours)
 
     def choice(self, shape: tuple[int, ...]) -> dict[str, Any]:
         """The portfolio configuration the rule picks for ``shape`` (before the family fits it to the shape)."""
@@ -109,6 +147,23 @@ class Rule:
 
 def feature_value(shape: tuple[int, ...], feature: int | str) -> float:
     return float(math.prod(shape)) if feature == SIZE else float(shape[feature])
+
+
+def feature_point(shape: tuple[int, ...], features: tuple = ()) -> tuple[float, ...]:
+    """log2 of each feature of ``shape`` (``features`` empty: of each dimension)."""
+    if not features:
+        return tuple(math.log2(d) for d in shape)
+    return tuple(math.log2(shape[f]) if type(f) is int else sum(math.log2(shape[i]) for i in f) for f in features)
+
+
+def vote(distances: np.ndarray, losses: np.ndarray, k: int) -> tuple[int, ...]:
+    """Portfolio indices, best first, by the sum over the ``k`` nearest items (``distances`` to each; the earlier
+    item on a tie) of their log(slowdown) (``losses``: items x portfolio), each weighted by 1 / (distance +
+    NEAREST_OFFSET); the lower index on a tie."""
+    closest = np.argsort(distances, kind="stable")[:k]
+    weights = 1.0 / (distances[closest] + NEAREST_OFFSET)
+    scores = np.round(weights @ losses[closest], 9)
+    return tuple(int(j) for j in np.argsort(scores, kind="stable"))
 
 
 # -- reading ------------------------------------------------------------------------------------------
@@ -145,7 +200,16 @@ def parse_rule(raw: Any) -> Rule:
     if has_tree == has_nearest:
         raise RuleError("a rule has exactly one model: 'tree' or 'nearest'")
     tree = _node(raw["tree"], rank, len(portfolio), 0, [0]) if has_tree else None
-    nearest = _nearest(raw["nearest"], rank, len(portfolio)) if has_nearest else ()
+    features, neighbours = (), 1
+    if raw.get("features") is not None or raw.get("neighbours") is not None:
+        if not has_nearest:
+            raise RuleError("fields 'features' and 'neighbours' belong to a nearest model; this rule has a tree")
+        features = _features(raw.get("features"), rank)
+        neighbours = raw.get("neighbours", 1)
+        if type(neighbours) is not int or not 1 <= neighbours <= MAX_NEIGHBOURS:
+            raise RuleError(f"field 'neighbours' must be how many nearest coverage shapes vote (1 to "
+                            f"{MAX_NEIGHBOURS}), got {_short(neighbours)}")
+    nearest = _nearest(raw["nearest"], rank, len(portfolio), features, neighbours) if has_nearest else ()
     quality = raw.get("quality", {})
     if not isinstance(quality, dict) or not all(isinstance(k, str) and _finite(v) for k, v in quality.items()):
         raise RuleError("field 'quality' must map names to finite numbers")
@@ -157,7 +221,7 @@ def parse_rule(raw: Any) -> Rule:
         if name in raw and not isinstance(raw[name], str):
             raise RuleError(f"field {name!r} must be text, got {_short(raw[name])}")
     return Rule(family=family, dtype=dtype, args=args, rank=rank, portfolio=portfolio, tree=tree, nearest=nearest,
-                quality=dict(quality), record=dict(raw))
+                features=features, neighbours=neighbours, quality=dict(quality), record=dict(raw))
 
 
 def _portfolio(value: Any, family: str, dtype: str, args: dict[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -207,29 +271,72 @@ def _node(value: Any, rank: int, size: int, depth: int, count: list[int]):
                  _node(value["above"], rank, size, depth + 1, count))
 
 
-def _nearest(value: Any, rank: int, size: int) -> tuple:
+def _features(value: Any, rank: int) -> tuple:
+    if value is None:
+        return ()
+    where = "field 'features'"
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_FEATURES:
+        raise RuleError(f"{where} must list 1 to {MAX_FEATURES} features (a dimension index, or a list of indices: "
+                        f"the product of those dimensions), got {_short(value)}")
+    out: list = []
+    for f in value:
+        if type(f) is int and 0 <= f < rank:
+            out.append(f)
+        elif isinstance(f, list) and 2 <= len(f) <= rank and all(type(i) is int and 0 <= i < rank for i in f) \
+                and f == sorted(set(f)):
+            out.append(tuple(f))
+        else:
+            raise RuleError(f"{where}: {_short(f)} is neither a dimension index (0 to {rank - 1}) nor a list of at "
+                            f"least two distinct ones, ascending")
+    if len(set(out)) != len(out):
+        raise RuleError(f"{where} lists a feature twice: {_short(value)}")
+    return tuple(out)
+
+
+def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1) -> tuple:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_NEAREST:
-        raise RuleError(f"field 'nearest' must be a list of 1 to {MAX_NEAREST} {{shape, use}} items")
+        raise RuleError(f"field 'nearest' must be a list of 1 to {MAX_NEAREST} {{shape, use}} or {{shape, slowdown}} "
+                        f"items")
     items = []
     for i, item in enumerate(value):
         where = f"field 'nearest' item #{i + 1}"
-        if not isinstance(item, dict) or set(item) != {"shape", "use"}:
-            raise RuleError(f"{where}: must be a mapping with 'shape' and 'use'")
+        if not isinstance(item, dict) or set(item) not in ({"shape", "use"}, {"shape", "slowdown"}):
+            raise RuleError(f"{where}: must be a mapping with 'shape' and 'use' (or 'slowdown')")
         shape = item["shape"]
         if not isinstance(shape, list) or len(shape) != rank or not all(type(d) is int and 1 <= d <= MAX_DIMENSION
                                                                         for d in shape):
             raise RuleError(f"{where}: 'shape' must be {rank} positive integers, got {_short(shape)}")
-        items.append((tuple(math.log2(d) for d in shape), _ranking(item["use"], size, where)))
+        point = feature_point(tuple(shape), features)
+        if "use" in item:
+            if neighbours > 1:
+                raise RuleError(f"{where}: with 'neighbours' above 1 each item holds 'slowdown', not 'use'")
+            items.append(Neighbour(point, _ranking(item["use"], size, where)))
+            continue
+        slowdown = item["slowdown"]
+        if not isinstance(slowdown, list) or len(slowdown) != size or \
+                not all(_finite(x) and 1 <= x <= MAX_SLOWDOWN for x in slowdown):
+            raise RuleError(f"{where}: 'slowdown' must give each of the {size} portfolio configurations its time "
+                            f"over the shape's best (1 to {MAX_SLOWDOWN:g}), got {_short(slowdown)}")
+        losses = tuple(math.log(x) for x in slowdown)
+        items.append(Neighbour(point, tuple(sorted(range(size), key=lambda j: (slowdown[j], j))), losses))
     return tuple(items)
+
+
+def nearest_items(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1) -> tuple:
+    """The ``nearest`` items of a rule from their file form (``{shape, use}`` or ``{shape, slowdown}`` mappings),
+    checked: what a rule read from its file holds."""
+    return _nearest(value, rank, size, features, neighbours)
 
 
 # -- writing ------------------------------------------------------------------------------------------
 def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, portfolio: list[dict[str, Any]],
                 *, tree: Any = None, nearest: list[tuple[tuple[int, ...], list[int]]] | None = None,
-                quality: Mapping[str, float] | None = None, fit: Mapping[str, Any] | None = None,
+                slowdowns: list[tuple[tuple[int, ...], list[float]]] | None = None, features: tuple = (),
+                neighbours: int = 1, quality: Mapping[str, float] | None = None, fit: Mapping[str, Any] | None = None,
                 data: str | None = None, date: str | None = None) -> dict[str, Any]:
     """A rule in file form, keys in a fixed order. ``tree``: a leaf (indices, best first) or a ``Split``;
-    ``nearest``: (shape, ranking) pairs."""
+    ``nearest``: (shape, ranking) pairs; or ``slowdowns``: (shape, slowdown per portfolio configuration) pairs, with
+    the ``features`` (empty: the dimensions) and the number of ``neighbours`` that vote."""
     impl = family_named(family)
     record: dict[str, Any] = {"family": family, "dtype": dtype}
     text = impl.args_text(args)
@@ -238,8 +345,14 @@ def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, por
     record["portfolio"] = [dict(p) for p in portfolio]
     if tree is not None:
         record["tree"] = tree_record(tree)
+    elif slowdowns is not None:
+        record["nearest"] = [{"shape": list(s), "slowdown": list(r)} for s, r in slowdowns]
     else:
         record["nearest"] = [{"shape": list(s), "use": list(r)} for s, r in nearest or []]
+    if tree is None and features:
+        record["features"] = [f if type(f) is int else list(f) for f in features]
+    if tree is None and neighbours != 1:
+        record["neighbours"] = int(neighbours)
     if quality:
         record["quality"] = {k: v if type(v) is int else round(float(v), 4) for k, v in quality.items()}
     if fit:
@@ -279,6 +392,9 @@ def tree_lines(rule: Rule, names: tuple[str, ...] | None = None) -> list[str]:
 
     if rule.tree is not None:
         walk(rule.tree, "")
+    elif rule.neighbours > 1:
+        lines.append(f"the configuration losing least time over the {rule.neighbours} nearest of "
+                     f"{len(rule.nearest)} coverage shapes (weighted by closeness)")
     else:
         lines.append(f"the ranking of the nearest of {len(rule.nearest)} coverage shapes")
     return lines
@@ -298,5 +414,5 @@ def _short_text(exc: Exception) -> str:
     return text if len(text) <= 300 else text[:297] + "..."
 
 
-__all__ = ["Rule", "RuleError", "Split", "Node", "parse_rule", "rule_record", "tree_lines", "feature_value", "MODELS",
-           "SIZE"]
+__all__ = ["Rule", "RuleError", "Split", "Node", "Neighbour", "parse_rule", "rule_record", "tree_lines",
+           "feature_value", "feature_point", "vote", "nearest_items", "MODELS", "SIZE"]
