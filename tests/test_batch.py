@@ -71,11 +71,15 @@ WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES"
     (WGMMA, "float16", {"layout": "tn"}, (2, 21, 24, 72)),
     (WGMMA, "bfloat16", {"layout": "nt", "out_dtype": "float32"}, (2, 21, 18, 70)),
     (WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf32"}, (2, 21, 18, 40)),
+    # fed by the TMA through maps of the whole stack; K = 70 leaves rows unaligned (copied first, matrix by matrix)
+    ({**WGMMA, "TMA": 1}, "float16", {"layout": "nn"}, (3, 21, 24, 72)),
+    ({**WGMMA, "TMA": 1, "BM": 128, "ASYNC_STAGES": 4}, "bfloat16", {"layout": "tt", "out_dtype": "float32"},
+     (2, 130, 18, 70)),
     ({**TILED, "MMA": 8, "TM": 2, "TN": 4, "VEC": 2, "UNROLL_K": 8}, "float32", {"layout": "tt", "precision": "tf32"},
      (3, 13, 9, 11)),
 ])
 def test_batched_tensor_core_kernels_pass_the_oracle(params, dtype, family, shape, rng):
-    """The wgmma kernels (cp.async-fed; TF32 through registers) and mma.sync at tf32 on stacks, through the
+    """The wgmma kernels (cp.async- and TMA-fed; TF32 through registers) and mma.sync at tf32 on stacks, through the
     family's own oracle: the integer stack, the same stack against one broadcast matrix, and (rounded precisions)
     normal data within the error bound."""
     from test_matmul import check_with_oracle
@@ -266,27 +270,45 @@ def test_rounded_precisions_bound_the_error_of_every_matrix(rng):
     assert "float16 results" in impl.verify(problem, normal, half, rng)
 
 
-def test_batched_problems_exclude_the_tma_and_rounded_copies_and_count_every_block():
-    """TMA-fed and rounded-copy wgmma variants read tensor maps or copies of one matrix: not offered to a batched
-    problem; the split-K forms that fill the GPU count the blocks of every matrix."""
+def test_batched_problems_take_the_tma_but_not_rounded_copies_and_count_every_block():
+    """The TMA-fed wgmma kernel reads a stack through tensor maps of the whole stack: offered to a batched problem;
+    the rounded-copy one multiplies copies of one matrix: not offered. The split-K forms that fill the GPU count
+    the blocks of every matrix."""
     from autotune.core.device import DeviceInfo
     from autotune.core.space import load_space
 
     space = load_space("matmul")
     tma = {"BM": 64, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 3}
-    space.validate(tma, dtype="float16", args={"layout": "nn"})
-    with pytest.raises(ValueError, match="TMA=1 copies tiles through 2-D tensor maps"):
-        space.validate(tma, dtype="float16", args={"layout": "nn", "batch": "strided"})
+    assert space.validate(tma, dtype="float16", args={"layout": "nn", "batch": "strided"})["TMA"] == 1
     copies = {"BM": 64, "BN": 64, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 3}
     with pytest.raises(ValueError, match="rounded first"):
         space.validate(copies, dtype="float32", args={"layout": "nn", "precision": "tf32", "batch": "strided"})
-    assert space.for_dtype("float16", {"layout": "nn", "batch": "strided"}).params["TMA"].values == (0,)
+    assert space.for_dtype("float16", {"layout": "nn", "batch": "strided"}).params["TMA"].values == (0, 1)
     device = DeviceInfo("GPU", (9, 0), 132, 50 << 20)
     start = space.validate({"BM": 128, "BN": 128, "BK": 16}, dtype="float32", args={"layout": "nn"})
     few = Problem("matmul", (16, 128, 128, 4096), "float32")  # 16 blocks: split 8 fills 0.9 of a wave
     many = Problem("matmul", (256, 128, 128, 4096), "float32")  # 256 blocks: unsplit
     assert [form["SPLIT_K"] for form in few.impl.problem_starts(start, few, device, space)][::3] == [8, 16, 1]
     assert [form["SPLIT_K"] for form in many.impl.problem_starts(start, many, device, space)] == [1]
+
+
+def test_a_stacks_tensor_maps_have_its_levels_as_dimensions_and_one_matrix_where_broadcast():
+    """The maps of a stack's TMA kernel: the matrix's two dimensions, then the inner and outer batch levels (count
+    1 where the operand is broadcast, as the kernel's coordinate 0 there reads it), a box one matrix deep; a stride
+    that is no whole number of 16-byte pieces is refused (the launch copies such an operand first)."""
+    from autotune.families.matmul.kernel import stack_levels
+    from autotune.kernels.tma import map_geometry
+
+    stack = batching.Stack(outer=2, inner=3, a=(13 * 16, 0), b=(0, 16 * 24), c=(3 * 13 * 24, 13 * 24))
+    a_levels, b_levels = stack_levels(stack, stack.a, 2), stack_levels(stack, stack.b, 2)
+    assert a_levels == ((1, 0), (2, 416)) and b_levels == ((3, 768), (1, 0)) and stack_levels(None, (0, 0), 2) == ()
+    dims, strides, box = map_geometry(16, 13, 32, (64, 64), a_levels)
+    assert dims == [16, 13, 1, 2] and strides[0] == 32 and strides[2] == 416 and box == [64, 64, 1, 1]
+    assert all(step > 0 and step % 16 == 0 for step in strides)
+    assert map_geometry(24, 16, 48, (64, 64), b_levels)[:2] == ([24, 16, 3, 1], [48, 768, 768])
+    assert map_geometry(64, 8, 128, (64, 64)) == ([64, 8], [128], [64, 64])
+    with pytest.raises(ValueError, match="16-byte"):
+        map_geometry(16, 13, 32, (64, 64), ((3, 13 * 11 * 2), (1, 0)))
 
 
 def test_the_default_configuration_takes_the_shape_of_each_matrix():

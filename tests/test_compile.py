@@ -268,6 +268,20 @@ def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
         assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, (name, log)
 
 
+def test_a_batched_tma_variant_copies_each_box_from_its_matrix_of_the_stack():
+    """A stack's TMA variant copies the same boxes as the one-matrix tt variant, each by a 4-d copy whose last two
+    coordinates pick the matrix (the map's batch levels), and none by a 2-d one; it stays asynchronous and fits."""
+    from autotune.runtime.compiler import link
+
+    text = ptx_sample("batched_wgmma_tma")["batched_wgmma_tma"]
+    four = r"cp\.async\.bulk\.tensor\.4d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes \[%r\d+\], " \
+           r"\[%rd\d+, \{%r\d+, %r\d+, %r\d+, %r\d+\}\], \[%r\d+\];"
+    assert len(re.findall(four, text)) == 3 and "cp.async.bulk.tensor.2d" not in text  # tt: A in 2 panels, B 1 box
+    _, log = link(text, (9, 0))
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, log
+
+
 def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     """A TF32 wgmma variant issues wgmma m64n<BN>k8 .tf32 with A from registers (four 32-bit values) and B through a
     K-major descriptor of a 128-byte-swizzled tile (layout type 1; sbo 1024): four per K step at tf32, twelve at

@@ -1,7 +1,8 @@
 """Hopper's tensor memory accelerator and transaction barriers as Numba intrinsics (sm_90).
 
 A *tensor map* (128 bytes, made on the host by the driver's ``cuTensorMapEncodeTiled``: ``tensor_map_bytes``)
-describes a 2-d array in global memory and the box of it that one copy moves. ``tma_load_2d``, issued by one
+describes a 2-d array in global memory (or a stack of them: ``tma_load_4d``) and the box of it that one copy
+moves. ``tma_load_2d``, issued by one
 thread, copies the box at given coordinates into shared memory, in the map's swizzle (the 128-byte one is the
 layout wgmma reads), and fills the elements outside the array with zeros; the copy reports its bytes to an
 *mbarrier* in shared memory. The maps live in a device array (64-byte aligned) whose generic address the copy
@@ -98,11 +99,42 @@ def tma_load_2d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
     return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
 
 
+@intrinsic
+def tma_load_4d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
+    """``tma_load_2d`` of the box at (x, y) of matrix (z, w) of a stack: a tensor map of rank 4 whose third and
+    fourth dimensions are the stack's two batch levels (``tensor_map_bytes`` with ``levels``), the box one matrix
+    deep. Elements outside the matrix (x or y out of range) arrive as zeros, never another matrix's."""
+    def codegen(context, builder, sig, args):
+        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
+        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
+        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7, 8, 9)]
+        _asm(builder, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
+                      "[$0], [$1, {$3, $4, $5, $6}], [$2];", "r,l,r,r,r,r,r", [dst, tmap, bar, *coords])
+        return context.get_dummy_value()
+
+    return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
+
+
+def map_geometry(inner: int, outer: int, row_bytes: int, box: tuple[int, int],
+                 levels: tuple[tuple[int, int], ...] = ()) -> tuple[list[int], list[int], list[int]]:
+    """The dimensions, strides (bytes, one per dimension after the first) and box of a tensor map over a 2-d array
+    of ``inner`` x ``outer`` elements, rows ``row_bytes`` apart, or over a stack of them: ``levels`` (count,
+    byte stride) per batch level, a box one matrix deep. A level of one matrix (a broadcast operand's: stride 0)
+    gets the stride of a whole matrix, which the driver accepts and no copy steps over. ValueError for a stride
+    that is not a multiple of 16 bytes (the TMA reads none)."""
+    strides = [row_bytes] + [step if count > 1 else max(row_bytes * outer, 16) for count, step in levels]
+    if any(step % 16 or step <= 0 for step in strides):
+        raise ValueError(f"a tensor map needs strides of whole 16-byte pieces, got {strides} bytes")
+    return [inner, outer] + [count for count, _ in levels], strides, list(box) + [1] * len(levels)
+
+
 def tensor_map_bytes(pointer: int, dtype_bits: int, inner: int, outer: int, row_bytes: int, box: tuple[int, int],
-                     swizzle: int = SWIZZLE_BYTES) -> bytes:
+                     swizzle: int = SWIZZLE_BYTES, levels: tuple[tuple[int, int], ...] = ()) -> bytes:
     """The 128 bytes of a tensor map over a 2-d array at device ``pointer``: ``inner`` elements along its
     contiguous dimension, ``outer`` rows ``row_bytes`` apart (a multiple of 16), boxes of ``box`` (inner, outer)
-    elements, out-of-range elements read as zeros. Needs the CUDA driver (a GPU)."""
+    elements, out-of-range elements read as zeros; with ``levels``, over a stack of such arrays (``map_geometry``).
+    Needs the CUDA driver (a GPU)."""
     import numpy as np
     from cuda.bindings import driver as drv
 
@@ -110,17 +142,19 @@ def tensor_map_bytes(pointer: int, dtype_bits: int, inner: int, outer: int, row_
              32: drv.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}
     swizzles = {0: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
                 128: drv.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B}
+    dims, strides, boxes = map_geometry(inner, outer, row_bytes, box, levels)
     err, tmap = drv.cuTensorMapEncodeTiled(
-        kinds[dtype_bits], drv.cuuint32_t(2), pointer, [drv.cuuint64_t(inner), drv.cuuint64_t(outer)],
-        [drv.cuuint64_t(row_bytes)], [drv.cuuint32_t(b) for b in box], [drv.cuuint32_t(1)] * 2,
+        kinds[dtype_bits], drv.cuuint32_t(len(dims)), pointer, [drv.cuuint64_t(d) for d in dims],
+        [drv.cuuint64_t(step) for step in strides], [drv.cuuint32_t(b) for b in boxes],
+        [drv.cuuint32_t(1)] * len(dims),
         drv.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, swizzles[swizzle],
         drv.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         drv.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
     if err != drv.CUresult.CUDA_SUCCESS:
-        raise ValueError(f"cuTensorMapEncodeTiled refused the map ({err}): {inner} x {outer}, rows {row_bytes} "
-                         f"bytes apart, box {box}")
+        raise ValueError(f"cuTensorMapEncodeTiled refused the map ({err}): dimensions {dims}, strides {strides} "
+                         f"bytes, box {boxes}")
     return np.array(tmap.opaque, dtype=np.uint64).tobytes()
 
 
-__all__ = ["fence_barrier_init", "mbar_arrive", "mbar_expect_tx", "mbar_init", "mbar_try_wait", "tensor_map_bytes",
-           "tma_load_2d"]
+__all__ = ["fence_barrier_init", "map_geometry", "mbar_arrive", "mbar_expect_tx", "mbar_init", "mbar_try_wait",
+           "tensor_map_bytes", "tma_load_2d", "tma_load_4d"]

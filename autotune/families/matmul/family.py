@@ -16,7 +16,8 @@ the warpgroup kernels (float16, bfloat16, and float32 at the tf32 precisions); a
 most 16, family argument ``skinny``) the matrix-vector kernel (``GEMV`` 1, gemv.py).
 
 A problem of shape B x M x N x K is a stack of B products in one launch (family argument ``batch`` "strided",
-which the shape sets; batch.py). Every template renders it but the TMA-fed and the rounded-copy wgmma kernels;
+which the shape sets; batch.py). Every template renders it but the rounded-copy wgmma kernel (the TMA-fed one
+through tensor maps of the whole stack);
 its kernel takes each operand as a stack (B, M, K) or as one matrix (M, K) that every product reads (broadcast),
 and writes C as a (B, M, N) stack.
 """

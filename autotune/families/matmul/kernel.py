@@ -17,6 +17,7 @@ the call raises and says so.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Mapping
 
 import numpy as np
@@ -60,6 +61,15 @@ def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any] | N
              "W": f"{accumulator_dtype(dtype)}[::1]", "counters": "int32[::1]", "maps": "uint8[::1]",
              "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean", **{name: "int64" for name in BATCH_ARGS}}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params, args, dtype))})"
+
+
+def stack_levels(stack, step: tuple[int, int], itemsize: int) -> tuple[tuple[int, int], ...]:
+    """A tensor map's batch levels of one operand of ``stack`` (none without one): (count, byte stride) of the
+    inner level, then of the outer one, the count 1 on a level the operand is broadcast over (``step``: its
+    element strides, 0 there), as the kernel's coordinates (0 there) read them."""
+    if stack is None:
+        return ()
+    return ((stack.inner if step[1] else 1, step[1] * itemsize), (stack.outer if step[0] else 1, step[0] * itemsize))
 
 
 class MatmulKernel(Planned, Kernel):
@@ -268,10 +278,14 @@ class MatmulKernel(Planned, Kernel):
         maps = None
         if is_tma(p):
             if not reads_rounded_copies(p):  # the copies' rows are aligned
-                (a_flat, lda), (b_flat, ldb) = (self._tma_readable(x, rows, cols, ld, name, stream)
-                                                for x, (rows, cols, _), ld, name
-                                                in zip((a_flat, b_flat), self._read_as(M, N, K), (lda, ldb), "AB"))
-            maps = self._tensor_maps(a_flat, b_flat, M, N, K, lda, ldb)
+                steps = ((0, 0), (0, 0)) if stack is None else (stack.a, stack.b)
+                (a_flat, lda, a_step), (b_flat, ldb, b_step) = (
+                    self._tma_readable(x, rows, cols, ld, name, stream, step, stack)
+                    for x, (rows, cols, _), ld, name, step
+                    in zip((a_flat, b_flat), self._read_as(M, N, K), (lda, ldb), "AB", steps))
+                if stack is not None:
+                    stack = dataclasses.replace(stack, a=a_step, b=b_step)
+            maps = self._tensor_maps(a_flat, b_flat, M, N, K, lda, ldb, stack)
         steps = ((0, 0),) * 3 if stack is None else (stack.a, stack.b, stack.c)
         vec_a, vec_b, vec_c = (bool(arrays.aligned(x, vec) and ld % vec == 0 and not any(s % vec for s in step))
                                for x, ld, vec, step in zip((a_flat, b_flat, c_flat), (lda, ldb, N), self._vecs, steps))
@@ -300,33 +314,46 @@ class MatmulKernel(Planned, Kernel):
         b = (N, K, True) if self.layout[1] == "t" else (K, N, False)
         return a, b
 
-    def _tma_readable(self, x, rows: int, cols: int, ld: int, name: str, stream) -> tuple[Any, int]:
-        """An operand as the TMA reads it: itself where its rows start 16-byte aligned, else a copy whose rows do
-        (aligned_rows; kept per shape, operand and stream), its launch enqueued; and its row stride."""
+    def _tma_readable(self, x, rows: int, cols: int, ld: int, name: str, stream, step: tuple[int, int] = (0, 0),
+                      stack=None) -> tuple[Any, int, tuple[int, int]]:
+        """An operand as the TMA reads it: itself where its rows (and, in a stack, its matrices: ``step``, the
+        element strides of the two batch levels) start 16-byte aligned, else a copy whose rows do (aligned_rows;
+        kept per shape, operand and stream), its launches enqueued; its row stride and its matrices' strides. A
+        stack's copy holds its distinct matrices one after another (one launch each; a level the operand is
+        broadcast over keeps stride 0)."""
         from . import aligned_rows as ar
 
-        if arrays.aligned(x, ar.ALIGNED_ELEMENTS) and ld % ar.ALIGNED_ELEMENTS == 0:
-            return x, ld
-        key = (name, rows, cols, stream_key(stream))
+        unit = ar.ALIGNED_ELEMENTS
+        if arrays.aligned(x, unit) and ld % unit == 0 and not any(s % unit for s in step):
+            return x, ld, step
+        counts = (1, 1) if stack is None else (stack.outer if step[0] else 1, stack.inner if step[1] else 1)
+        size = rows * ar.aligned_ld(cols)
+        key = (name, rows, cols, counts, stream_key(stream))
         if key not in self._aligned:
             from numba import cuda
 
             configured = configure(ar.aligned_rows, -(-rows * cols // ar.THREADS), ar.THREADS, 0, self.simulator,
                                    stream)
-            self._aligned[key] = configured, cuda.device_array(rows * ar.aligned_ld(cols), dtype=x.dtype)
+            self._aligned[key] = configured, cuda.device_array(counts[0] * counts[1] * size, dtype=x.dtype)
         configured, copy = self._aligned[key]
-        self._enqueue(configured, x, copy, np.int64(rows), np.int64(cols), np.int64(ld),
-                      np.int64(ar.aligned_ld(cols)))
-        return copy, ar.aligned_ld(cols)
+        for outer in range(counts[0]):
+            for inner in range(counts[1]):
+                source = x[outer * step[0] + inner * step[1]:] if stack is not None else x
+                target = copy[(outer * counts[1] + inner) * size:] if stack is not None else copy
+                self._enqueue(configured, source, target, np.int64(rows), np.int64(cols), np.int64(ld),
+                              np.int64(ar.aligned_ld(cols)))
+        return copy, ar.aligned_ld(cols), (counts[1] * size if step[0] else 0, size if step[1] else 0)
 
-    def _tensor_maps(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int):
+    def _tensor_maps(self, a_flat, b_flat, M: int, N: int, K: int, lda: int, ldb: int, stack=None):
         """The device array of A's and B's tensor maps (128 bytes each), boxes as the template copies them, rows of
         128 bytes (the swizzle's span): a K-major operand in one box of BM (BN) rows, an M/N-major one in panels
-        of 64 rows. Kept per operand pair (a map holds only pointers, sizes and strides, so a kept one is right
-        for any later array at the same address); the simulator's kernel reads A and B instead."""
+        of 64 rows; for a ``stack`` (batch.Stack), maps of rank 4 whose last two dimensions are its inner and
+        outer levels (one matrix on a level the operand is broadcast over), a box one matrix deep. Kept per
+        operand pair and stack (a map holds only pointers, sizes and strides, so a kept one is right for any
+        later array at the same address); the simulator's kernel reads A and B instead."""
         from numba import cuda
 
-        key = (arrays.device_pointer(a_flat), arrays.device_pointer(b_flat), M, N, K, lda, ldb)
+        key = (arrays.device_pointer(a_flat), arrays.device_pointer(b_flat), M, N, K, lda, ldb, stack)
         if key in self._maps:
             return self._maps[key]
         if self.simulator:
@@ -337,10 +364,11 @@ class MatmulKernel(Planned, Kernel):
             size = a_flat.dtype.itemsize
             wide = SWIZZLE_BYTES // size  # a box row: the swizzle's span
             tiles = (self.params["BM"], self.params["BN"])
+            steps = ((), ()) if stack is None else (stack.a, stack.b)
             pieces = [tensor_map_bytes(arrays.device_pointer(flat), 8 * size, cols, rows, ld * size,
-                                       (wide, tile if k_major else wide))
-                      for flat, ld, (rows, cols, k_major), tile
-                      in zip((a_flat, b_flat), (lda, ldb), self._read_as(M, N, K), tiles)]
+                                       (wide, tile if k_major else wide), levels=stack_levels(stack, step, size))
+                      for flat, ld, (rows, cols, k_major), tile, step
+                      in zip((a_flat, b_flat), (lda, ldb), self._read_as(M, N, K), tiles, steps)]
             maps = cuda.to_device(np.frombuffer(b"".join(pieces), dtype=np.uint8))
         if len(self._maps) >= KEPT_TENSOR_MAPS:
             self._maps.pop(next(iter(self._maps)))

@@ -152,17 +152,9 @@ def _split_add_fits(p, ctx):
     return None
 
 
-def _batch_fits(p, ctx):
-    """A batched problem's kernels index each operand's matrices from one flat array: not those fed by tensor maps
-    of one matrix (TMA 1), nor those multiplying copies of one matrix rounded first (tf32 wgmma on copies).
-    Two rules (TMA alone, then the copies), so that a tuner is not offered TMA 1 at all (SearchSpace.for_dtype)."""
-    if ctx.args.get("batch") and p.get("TMA"):
-        return ("TMA=1 copies tiles through 2-D tensor maps of one matrix: a batched problem (B x M x N x K) takes "
-                "TMA 0 (every thread copies with cp.async)")
-    return None
-
-
 def _batch_copies_fit(p, ctx):
+    """A batched problem's kernels index each operand's matrices from one flat array, or (TMA) through tensor maps
+    of the whole stack: not those multiplying copies of one matrix rounded first (tf32 wgmma on copies)."""
     if ctx.args.get("batch") and reads_rounded_copies(p):
         return ("WGMMA=1 with ASYNC_STAGES > 0 at tf32 multiplies copies of one matrix rounded first: a batched "
                 "problem takes ASYNC_STAGES 0 (rounded on the way through registers) or mma.sync")
@@ -170,7 +162,6 @@ def _batch_copies_fit(p, ctx):
 
 
 PREDICATES = {
-    "batch_fits": Predicate(_batch_fits, frozenset({"TMA"})),
     "batch_copies_fit": Predicate(_batch_copies_fit, frozenset({"WGMMA"})),
     "gemv_fits": Predicate(gemv.fits, frozenset({"BLOCK", "KT", "TL", "TS", "VEC", "UNROLL_K"})),
     "tile_loads_even": Predicate(_tile_loads_even, frozenset({"BM", "BN", "BK", "TM", "TN", "VEC"})),
