@@ -302,9 +302,9 @@ def test_an_error_raised_while_ctrl_c_is_handled_ends_as_the_interrupt(monkeypat
 
 def test_selftest_checks_the_tma_variants_where_they_apply(monkeypatch):
     """The TMA-fed wgmma variants, which a covering sample's random draws rarely reach, are in the selftest of
-    every bfloat16 (and float16) layout (as extras), and not in float64's nor in a stack's (they do not apply there:
-    a batched problem's operands are no 2-D tensor maps). The covering samples are left empty here: the variants
-    counted are the extras alone (drawing the samples of these 20 cases took a minute of this test's CPU)."""
+    every bfloat16 (and float16) layout, stacks included (as extras), and not in float64's (they do not apply
+    there). The covering samples are left empty here: the variants counted are the extras alone (drawing the
+    samples of these 20 cases took a minute of this test's CPU)."""
     import numpy as np
 
     from autotune.commands.selftest import plan_for
@@ -315,8 +315,9 @@ def test_selftest_checks_the_tma_variants_where_they_apply(monkeypatch):
     assert {dtype for _, dtype, *_ in plan} == {"bfloat16", "float64"}
     for kind, dtype, args, shapes, variants in plan:
         tma = [v for v in variants if v.get("TMA")]
-        applies = dtype in ("float16", "bfloat16") and not args.get("batch")
+        applies = dtype in ("float16", "bfloat16")
         assert (len(tma) >= 2) if applies else not tma, (dtype, args, tma)
+    assert any(args.get("batch") and dtype == "bfloat16" for _, dtype, args, *_ in plan)
 
 
 def test_selftest_overlapping_check_takes_bfloat16(rng):
