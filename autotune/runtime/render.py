@@ -81,13 +81,23 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
         raise TemplateError(f"{_template_line(exc) or template}: rendering failed: {type(exc).__name__}: {exc}") \
             from None
     try:
-        source = fill_imports(source)  # parses the source, so a syntax error may show here first
-        compile(source, f"<autotune {family.name} {template}>", "exec")
+        source = _completed(source, f"<autotune {family.name} {template}>")
     except SyntaxError as exc:
         line = (exc.text or "").strip()
         raise TemplateError(f"{template} rendered Python that does not compile (SyntaxError: {exc.msg}, line "
                             f"{exc.lineno} of the rendered source: {line[:120]!r}); `autotune render --family "
                             f"{family.name}` prints the source") from None
+    return source
+
+
+@functools.lru_cache(maxsize=256)
+def _completed(source: str, filename: str) -> str:
+    """``source`` with its imports filled in (``fill_imports``: it parses the source, so a syntax error may show
+    there first), checked to compile. Remembered per text in this process: rendering the same configuration again
+    (each build of a kernel renders it) makes the same text, and its imports and the compile check are most of the
+    cost of a render. A text that fails raises each time (an exception is not remembered)."""
+    source = fill_imports(source)
+    compile(source, filename, "exec")
     return source
 
 
