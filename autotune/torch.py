@@ -26,6 +26,7 @@ from typing import Optional
 import torch
 
 from . import functions
+from .core.dtypes import torch_dtype
 from .families.reduce.config import result_dtype
 
 __all__ = ["matmul", "sum", "max", "min", "nanmax", "nanmin", "dot"]
@@ -54,7 +55,7 @@ def _reduce(x: torch.Tensor, op: str, axis: Optional[list[int]], keepdims: bool)
 @_reduce.register_fake
 def _reduce_fake(x: torch.Tensor, op: str, axis: Optional[list[int]], keepdims: bool) -> torch.Tensor:
     shape = reduced_shape(tuple(x.shape), _axis(axis), keepdims)
-    dtype = _torch_dtype(result_dtype(_checked_op(op), _numpy_name(x.dtype)))
+    dtype = torch_dtype(result_dtype(_checked_op(op), _numpy_name(x.dtype)))
     if _f_ordered(x) and not x.is_contiguous():  # an F-ordered input reduces its C base: the result is F-ordered
         return x.new_empty_strided(shape, _f_strides(shape), dtype=dtype)
     return x.new_empty(shape, dtype=dtype)
@@ -237,7 +238,3 @@ def _numpy_name(dtype: torch.dtype) -> str:
         return _NAMES[dtype]
     except KeyError:
         raise TypeError(f"autotune takes {', '.join(_NAMES.values())} tensors; got {dtype}") from None
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    return {v: k for k, v in _NAMES.items()}[name]

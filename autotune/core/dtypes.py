@@ -6,11 +6,12 @@ array typing have no bfloat16, so a kernel takes a bfloat16 array as its 16-bit 
 each element to float32 exactly (the pattern is a float32's top half) and rounds a float32 result back to
 nearest-even bits (``intrinsics.bf16_to_f32`` / ``f32_to_bf16``). PyTorch's bfloat16 tensors export no CUDA Array
 Interface and NumPy has no bfloat16 PyTorch takes, so they travel both ways as an int16 view of the same memory
-(``torch_bits``, ``numpy_from_torch``, ``torch_from_numpy``, ``torch_from_device``; PyTorch imported only when
-called).
+(``torch_bits``, ``numpy_from_torch``, ``torch_from_numpy``, ``torch_from_device``; ``torch_dtype`` names
+PyTorch's dtypes; PyTorch imported only when called).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import ml_dtypes
@@ -61,6 +62,14 @@ def torch_bits(x: Any) -> Any:
     import torch
 
     return x.view(torch.int16)
+
+
+@functools.cache
+def torch_dtype(name: str) -> Any:
+    """PyTorch's dtype named as NumPy names it: float32, float64, float16, bfloat16, int32, int64."""
+    import torch
+
+    return getattr(torch, name)
 
 
 def numpy_from_torch(x: Any) -> np.ndarray:

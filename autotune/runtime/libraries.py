@@ -22,7 +22,6 @@ Which library an argument belongs to is worked out once per type (and per device
 """
 from __future__ import annotations
 
-import functools
 import sys
 import threading
 from dataclasses import dataclass
@@ -30,7 +29,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..core.dtypes import BFLOAT16, numpy_from_torch, retyped, torch_from_device, torch_from_numpy
+from ..core.dtypes import BFLOAT16, numpy_from_torch, retyped, torch_dtype, torch_from_device, torch_from_numpy
 from .streams import stream_key
 
 DLPACK_HOST = (1, 3)  # DLPack's kDLCPU, kDLCUDAHost: memory the host reads
@@ -79,10 +78,10 @@ def _torch_result(written, stream) -> tuple[Any, int]:
         target = _torch_target(torch, *key)
     device, torch_stream = target
     if written.order == "C":
-        tensor = torch.empty(written.shape, dtype=_torch_dtype(written.dtype), device=device)
+        tensor = torch.empty(written.shape, dtype=torch_dtype(written.dtype), device=device)
     else:
         shape = written.shape[::-1]
-        tensor = torch.empty(shape, dtype=_torch_dtype(written.dtype), device=device).permute(
+        tensor = torch.empty(shape, dtype=torch_dtype(written.dtype), device=device).permute(
             *range(len(shape) - 1, -1, -1))
     tensor.record_stream(torch_stream)
     return tensor, tensor.data_ptr()
@@ -98,11 +97,6 @@ def _torch_target(torch, index: int, handle: int) -> tuple[Any, Any]:
     stream = torch.cuda.default_stream(device) if handle == 0 else torch.cuda.ExternalStream(handle, device=device)
     with _lock:
         return _torch_targets.setdefault((index, handle), (device, stream))
-
-
-@functools.cache
-def _torch_dtype(name: str):
-    return getattr(sys.modules["torch"], name)
 
 
 NUMPY = Library("numpy", host=True)
