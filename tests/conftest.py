@@ -3,20 +3,30 @@ subprocess (the simulator and the compiler cannot share one process)."""
 import os
 import shutil
 import tempfile
+import zlib
 
 os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
 if "AUTOTUNE_CACHE_DIR" not in os.environ:  # the controlling process makes it; xdist workers inherit it
     os.environ["AUTOTUNE_CACHE_DIR"] = tempfile.mkdtemp(prefix="autotune-test-cache-")
     os.environ["AUTOTUNE_TEST_CACHE_OWNED"] = "1"
+if "AUTOTUNE_TEST_SEED" not in os.environ:  # one per run, shared by the xdist workers (they inherit it)
+    os.environ["AUTOTUNE_TEST_SEED"] = str(int.from_bytes(os.urandom(4), "little"))
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 
+def pytest_report_header(config):
+    return f"random data: AUTOTUNE_TEST_SEED={os.environ['AUTOTUNE_TEST_SEED']} (set it to replay this run's data)"
+
+
 @pytest.fixture
 def rng(request):
-    """Fresh random data for every test, seeded from the test's name so a failure can be replayed."""
-    return np.random.default_rng(abs(hash(request.node.nodeid)) % 2**32)
+    """Fresh random data for every test and run: seeded from the test's name and the run's seed (printed in the
+    header; ``AUTOTUNE_TEST_SEED=N pytest ...`` replays a run's data). ``hash()`` of the name, as before, was salted
+    per process, so a failure could not be replayed."""
+    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ["AUTOTUNE_TEST_SEED"])
+    return np.random.default_rng(seed)
 
 
 @pytest.fixture(scope="session")

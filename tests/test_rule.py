@@ -133,7 +133,19 @@ def test_a_planted_rule_is_found(rng):
     assert below < rule.tree.at < above
     for shape in matrix.shapes:  # every shape gets its faster candidate
         assert config_key(rule.choice(shape)) == config_key(matrix.candidates[0 if shape[2] <= 256 else 1])
-    assert result.held_out.geomean > 0.95 and result.fitted.worst == pytest.approx(1.0, abs=0.06)
+    assert result.fitted.worst == pytest.approx(1.0, abs=0.06)
+    # Held out, a shape can be missed only where its K lies between the nearest K on either side of 256 among the
+    # other folds' shapes (the split falls midway between those): every other shape gets its faster candidate,
+    # and a miss costs at most the planted 3x (and the noise).
+    fold, efficiency_of = folds_of(len(matrix.shapes), 5, 0), {s: e for s, _, e in result.per_shape}
+    in_gap = 0
+    for i, shape in enumerate(matrix.shapes):
+        trained = [s[2] for j, s in enumerate(matrix.shapes) if fold[j] != fold[i]]
+        if max(k for k in trained if k <= 256) < shape[2] < min(k for k in trained if k > 256):
+            in_gap += 1
+        else:
+            assert efficiency_of[shape] > 0.9, (shape, efficiency_of[shape])
+    assert result.held_out.geomean >= 0.95 * (1 / 3.2) ** (in_gap / len(matrix.shapes))
 
 
 def test_a_candidate_that_failed_on_a_shape_is_not_chosen_there(rng):
