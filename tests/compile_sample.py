@@ -55,6 +55,9 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 128, "BN": 256, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 4}),
          ("reduce", "int32", {"op": "sum", "axis": 1}, {"BLOCK": 256, "ITEMS": 4, "VEC": 4, "ROW_MODE": "block"}),
          ("reduce", "float16", {"op": "nanmax", "axis": None}, {"BLOCK": 512, "ITEMS": 8, "VEC": 8, "COMBINE": "atomic"}),
+         ("reduce", "float32", {"op": "max", "axis": None},
+          {"BLOCK": 512, "ITEMS": 4, "VEC": 2, "COMBINE": "atomic_last"}),
+         ("reduce", "bfloat16", {"op": "sum", "axis": None}, {"BLOCK": 256, "ITEMS": 4, "VEC": 8, "COMBINE": "atomic_last"}),
          ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]
 
 

@@ -107,7 +107,8 @@ def test_float64(op, axis, rng):
     check(k, rng, (1025,) if axis is None else (33, 31), "float64", op, axis)
 
 
-@pytest.mark.parametrize("combine, n", [("last_block", 2_000_003), ("atomic", 1_048_573), ("two_pass", 1_048_583)])
+@pytest.mark.parametrize("combine, n", [("last_block", 2_000_003), ("atomic", 1_048_573), ("two_pass", 1_048_583),
+                                         ("atomic_last", 1_048_571)])
 def test_millions_of_elements_exactly(combine, n, rng):
     """Every element counted exactly once: integer data sums exactly in float32."""
     x = small_integers(rng, (n,), np.float32)
@@ -131,18 +132,23 @@ def test_integer_data_exact_along_axes(rng):
         np.testing.assert_array_equal(k(x), x.astype(np.float64).sum(axis=axis))
 
 
-def test_repeated_calls_reuse_the_last_block_counter(rng):
-    k = build_kernel("reduce", {"BLOCK": 32, "COMBINE": "last_block", "WAVES": 2}, op="max")
-    for _ in range(3):
-        x = rng.standard_normal(5000).astype(np.float32)
+@pytest.mark.parametrize("combine", ["last_block", "atomic_last"])
+def test_repeated_calls_reuse_the_counter_and_accumulator(combine, rng):
+    """The last block resets the counter (and with the atomic COMBINE the accumulator) for the next call: each
+    later call's maximum is smaller than the one before, so a total not reset to the identity would show."""
+    k = build_kernel("reduce", {"BLOCK": 32, "COMBINE": combine, "WAVES": 2}, op="max")
+    for shift in (30.0, 20.0, 10.0, 0.0):
+        x = rng.standard_normal(5000).astype(np.float32) + np.float32(shift)
         assert k(x) == x.max()
 
 
 @pytest.mark.parametrize("axis, params", [(None, {"BLOCK": 32, "COMBINE": "atomic", "WAVES": 2}),
+                                          (None, {"BLOCK": 32, "COMBINE": "atomic_last", "WAVES": 2}),
                                           (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 4, "VEC": 2})])
 def test_a_staged_workspace_holds_only_the_calls_own_sum(axis, params, rng):
-    """float16 sums combined with atomics add into a float32 workspace kept between calls: repeated calls, and
-    replays of a bound plan, each give that call's sum alone, never one added to an earlier call's."""
+    """float16 sums combined with atomics add into a float32 workspace kept between calls (atomic_last: its
+    accumulator): repeated calls, and replays of a bound plan, each give that call's sum alone, never one added
+    to an earlier call's."""
     from numba import cuda
 
     k = build_kernel("reduce", params, "float16", op="sum", axis=axis)
@@ -194,7 +200,7 @@ def test_input_errors():
 # NumPy's max and min propagate NaN: every way a variant combines values (lanes, block, blocks) must keep one.
 NAN_STRATEGIES = [
     (None, {"BLOCK": 32, "ITEMS": 2, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": br, "COMBINE": combine})
-    for br in ("shuffle", "tree", "serial") for combine in ("last_block", "atomic", "two_pass")
+    for br in ("shuffle", "tree", "serial") for combine in ("last_block", "atomic", "two_pass", "atomic_last")
 ] + [(1, {"BLOCK": 64, "ITEMS": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
      (1, {"BLOCK": 64, "ITEMS": 2, "VEC": 1, "ROW_MODE": "lanes8"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "VEC": 2, "ROW_MODE": "lanes4"}),
@@ -271,8 +277,9 @@ def test_nan_is_kept_by_the_atomic_combine_in_float64_too(dtype, rng):
     x = rng.standard_normal(3000).astype(dtype)
     x[1234] = np.nan
     for op in ("max", "min"):
-        k = build_kernel("reduce", {"BLOCK": 32, "VEC": 1, "WAVES": 4, "COMBINE": "atomic"}, dtype, op=op)
-        assert np.isnan(k(x))
+        for combine in ("atomic", "atomic_last"):
+            k = build_kernel("reduce", {"BLOCK": 32, "VEC": 1, "WAVES": 4, "COMBINE": combine}, dtype, op=op)
+            assert np.isnan(k(x)), combine
 
 
 def test_the_tuners_check_fails_a_variant_that_drops_nan(rng, monkeypatch):
@@ -364,6 +371,8 @@ def test_nanmax_and_nanmin_skip_nan_in_every_strategy(op, axis, params, rng):
 # the dtypes whose accumulator or result differs from the input's.
 WIDENING_STRATEGIES = [
     ((523,), None, {"BLOCK": 32, "ITEMS": 2, "VEC": 2, "WAVES": 2, "BLOCK_REDUCE": "shuffle", "COMBINE": "atomic"}),
+    ((523,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 2, "WAVES": 2, "BLOCK_REDUCE": "shuffle",
+                    "COMBINE": "atomic_last"}),
     ((523,), None, {"BLOCK": 64, "ITEMS": 1, "VEC": 1, "WAVES": 2, "BLOCK_REDUCE": "tree", "COMBINE": "last_block"}),
     ((523,), None, {"BLOCK": 32, "ITEMS": 1, "VEC": 1, "WAVES": 1, "BLOCK_REDUCE": "serial", "COMBINE": "two_pass"}),
     ((5, 66), 1, {"BLOCK": 64, "ITEMS": 2, "VEC": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
@@ -412,7 +421,7 @@ def check_widening(dtype, shape, axis, params, rng, ops):
         problem = Problem("reduce", shape, dtype, {"op": op, "axis": axis})
         kernel = build_kernel("reduce", params, dtype, op=op, axis=axis)
         assert problem.out_dtype == ("int64" if (dtype, op) == ("int32", "sum") else dtype)
-        atomics = "atomic" in params.values() or params.get("ROW_SPLIT", 1) > 1
+        atomics = params.get("COMBINE") == "atomic" or params.get("ROW_SPLIT", 1) > 1  # into the output
         assert kernel.staged == (dtype in ("float16", "bfloat16") and atomics)
         assert staged(params, dtype, problem.args) == kernel.staged
         assert Instance(problem, rng).check(kernel) is None, (op, params)
@@ -476,6 +485,8 @@ def test_atomic_combines_start_from_a_memset_only_where_the_identity_is_zero_bit
 @pytest.mark.parametrize("dtype, axis, params, op, names", [
     ("float32", None, {"COMBINE": "atomic"}, "max", ["fill"]),
     ("float32", None, {"COMBINE": "atomic"}, "sum", []),  # zeroed by a driver memset on the GPU
+    ("float32", None, {"COMBINE": "atomic_last"}, "max", []),  # one launch: the last block stores the total
+    ("bfloat16", None, {"COMBINE": "atomic_last"}, "sum", []),
     ("float64", None, {"COMBINE": "two_pass", "VEC": 2}, "min", ["finish"]),
     ("bfloat16", None, {"COMBINE": "two_pass"}, "sum", ["finish"]),
     ("float16", 0, {"ROW_SPLIT": 4}, "sum", ["store"]),

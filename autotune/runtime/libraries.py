@@ -72,31 +72,31 @@ def _torch_result(written, stream) -> tuple[Any, int]:
     is not handed to other work before the launches that write it are done."""
     torch = sys.modules["torch"]  # imported: the call's arguments are tensors
     index = torch.cuda.current_device() if written.context is None else written.context.device.id
-    key = (index, stream_key(stream))
+    key = (index, stream_key(stream), written.dtype)
     target = _torch_targets.get(key)
     if target is None:
         target = _torch_target(torch, *key)
-    device, torch_stream = target
+    device, torch_stream, dtype = target
     if written.order == "C":
-        tensor = torch.empty(written.shape, dtype=torch_dtype(written.dtype), device=device)
+        tensor = torch.empty(written.shape, dtype=dtype, device=device)
     else:
         shape = written.shape[::-1]
-        tensor = torch.empty(shape, dtype=torch_dtype(written.dtype), device=device).permute(
-            *range(len(shape) - 1, -1, -1))
+        tensor = torch.empty(shape, dtype=dtype, device=device).permute(*range(len(shape) - 1, -1, -1))
     tensor.record_stream(torch_stream)
     return tensor, tensor.data_ptr()
 
 
-_torch_targets: dict[tuple[int, int], tuple[Any, Any]] = {}
+_torch_targets: dict[tuple[int, int, str], tuple[Any, Any, Any]] = {}
 
 
-def _torch_target(torch, index: int, handle: int) -> tuple[Any, Any]:
-    """PyTorch's device ``index`` and its stream object for the launch stream ``handle`` (0: the legacy default
-    stream, which is PyTorch's default stream), kept for later calls."""
+def _torch_target(torch, index: int, handle: int, dtype: str) -> tuple[Any, Any, Any]:
+    """PyTorch's device ``index``, its stream object for the launch stream ``handle`` (0: the legacy default
+    stream, which is PyTorch's default stream) and its dtype named ``dtype``, kept for later calls (each is a
+    Python call less per result)."""
     device = torch.device("cuda", index)
     stream = torch.cuda.default_stream(device) if handle == 0 else torch.cuda.ExternalStream(handle, device=device)
     with _lock:
-        return _torch_targets.setdefault((index, handle), (device, stream))
+        return _torch_targets.setdefault((index, handle, dtype), (device, stream, torch_dtype(dtype)))
 
 
 NUMPY = Library("numpy", host=True)

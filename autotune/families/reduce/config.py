@@ -52,7 +52,8 @@ def accumulator_dtype(op: str, dtype: str) -> str:
 
 
 def uses_atomics(params, args) -> bool:
-    """Whether a variant combines blocks' results with atomics into its output."""
+    """Whether a variant combines blocks' results with atomics into its output (which must first hold the
+    identity; COMBINE atomic_last combines into an accumulator of its own, which its last block stores)."""
     if args["axis"] is None:
         return params["COMBINE"] == "atomic"
     return args["axis"] in (0, -2) and params["ROW_SPLIT"] > 1
@@ -97,7 +98,8 @@ def kernel_args(params, args) -> tuple[str, ...]:
     names = ["X"] + (["Y"] if args["op"] == "dot" else [])
     if args["axis"] is None:
         combine = params["COMBINE"]
-        names += ["n"] + (["partial"] if combine != "atomic" else []) + (["counter"] if combine == "last_block" else [])
+        names += ["n"] + (["partial"] if combine != "atomic" else [])
+        names += ["counter"] if combine in ("last_block", "atomic_last") else []
         names += ["out"] if combine != "two_pass" else []
     else:
         names += ["M", "N"] + (["L"] if args["axis"] == -2 else []) + ["out"]

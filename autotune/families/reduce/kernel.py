@@ -225,7 +225,7 @@ class ReduceKernel(Planned, Kernel):
         combine = self.params["COMBINE"]
         if combine == "atomic":
             self._enqueue(*self._identity_step(out, stream))
-        counter = self._counter_array(stream) if combine == "last_block" else None
+        counter = self._counter_array(stream) if combine in ("last_block", "atomic_last") else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
                                               vec_ok=vec_ok))
         if combine == "two_pass":
@@ -233,7 +233,8 @@ class ReduceKernel(Planned, Kernel):
                           blocks, out)
 
     def _counter_array(self, stream):
-        """The last-block counter of calls on ``stream`` (zero between calls: the last block resets it)."""
+        """The last-block counter of calls on ``stream`` (zero between calls: the last block resets it; see the
+        COMBINEs last_block and atomic_last)."""
         from numba import cuda
 
         key = stream_key(stream)
@@ -257,7 +258,10 @@ class ReduceKernel(Planned, Kernel):
             (n,) = shape
             chunk = p["BLOCK"] * p["ITEMS"] * p["VEC"]
             blocks = max(1, min(-(-n // chunk), p["WAVES"] * sms))
-            partial = cuda.device_array(blocks, dtype=self.acc_dtype)
+            if p["COMBINE"] == "atomic_last":  # the accumulator the blocks combine into: the identity between calls
+                partial = cuda.to_device(np.full(1, identity(self.op, self.acc_dtype), dtype=self.acc_dtype))
+            else:
+                partial = cuda.device_array(blocks, dtype=self.acc_dtype)
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), (partial, blocks)
         M, N = shape[-2:]
         if self.axis == 1:
