@@ -69,34 +69,39 @@ def _torch_result(written, stream) -> tuple[Any, int]:
     """A new PyTorch tensor of the form of a kept output (``launch.Written``), on the GPU it was made on, from
     PyTorch's caching allocator, and its pointer. The allocator gives the block to PyTorch's current stream;
     ``record_stream`` tells it that the launch stream uses it too (a no-op where they are the same), so the block
-    is not handed to other work before the launches that write it are done."""
+    is not handed to other work before the launches that write it are done. Made from a kept 0-d tensor of the
+    result's dtype on its device (``empty_like`` of it for a 0-d result, ``new_empty`` otherwise): no device or
+    dtype arguments for PyTorch to parse, about half the host time of ``torch.empty`` (lab/torch_alloc_gpu.py)."""
     torch = sys.modules["torch"]  # imported: the call's arguments are tensors
     index = torch.cuda.current_device() if written.context is None else written.context.device.id
     key = (index, stream_key(stream), written.dtype)
     target = _torch_targets.get(key)
     if target is None:
         target = _torch_target(torch, *key)
-    device, torch_stream, dtype = target
-    if written.order == "C":
-        tensor = torch.empty(written.shape, dtype=dtype, device=device)
+    template, torch_stream = target
+    if not written.shape:
+        tensor = torch.empty_like(template)
+    elif written.order == "C":
+        tensor = template.new_empty(written.shape)
     else:
         shape = written.shape[::-1]
-        tensor = torch.empty(shape, dtype=dtype, device=device).permute(*range(len(shape) - 1, -1, -1))
+        tensor = template.new_empty(shape).permute(*range(len(shape) - 1, -1, -1))
     tensor.record_stream(torch_stream)
     return tensor, tensor.data_ptr()
 
 
-_torch_targets: dict[tuple[int, int, str], tuple[Any, Any, Any]] = {}
+_torch_targets: dict[tuple[int, int, str], tuple[Any, Any]] = {}
 
 
-def _torch_target(torch, index: int, handle: int, dtype: str) -> tuple[Any, Any, Any]:
-    """PyTorch's device ``index``, its stream object for the launch stream ``handle`` (0: the legacy default
-    stream, which is PyTorch's default stream) and its dtype named ``dtype``, kept for later calls (each is a
-    Python call less per result)."""
+def _torch_target(torch, index: int, handle: int, dtype: str) -> tuple[Any, Any]:
+    """A 0-d tensor of ``dtype`` on PyTorch's device ``index`` (what results are made like) and PyTorch's stream
+    object for the launch stream ``handle`` (0: the legacy default stream, which is PyTorch's default stream),
+    kept for later calls."""
     device = torch.device("cuda", index)
     stream = torch.cuda.default_stream(device) if handle == 0 else torch.cuda.ExternalStream(handle, device=device)
+    template = torch.empty((), dtype=torch_dtype(dtype), device=device)
     with _lock:
-        return _torch_targets.setdefault((index, handle, dtype), (device, stream, torch_dtype(dtype)))
+        return _torch_targets.setdefault((index, handle, dtype), (template, stream))
 
 
 NUMPY = Library("numpy", host=True)
