@@ -77,6 +77,8 @@ WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES"
      (2, 130, 18, 70)),
     ({**TILED, "MMA": 8, "TM": 2, "TN": 4, "VEC": 2, "UNROLL_K": 8}, "float32", {"layout": "tt", "precision": "tf32"},
      (3, 13, 9, 11)),
+    # K split in two slices of 128 and 72, each matrix's partial tiles and counters its own
+    ({**WGMMA, "TMA": 1, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "float16", {"layout": "nn"}, (3, 21, 24, 200)),
 ])
 def test_batched_tensor_core_kernels_pass_the_oracle(params, dtype, family, shape, rng):
     """The wgmma kernels (cp.async- and TMA-fed; TF32 through registers) and mma.sync at tf32 on stacks, through the

@@ -268,6 +268,28 @@ def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
         assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, (name, log)
 
 
+def test_split_wgmma_variants_store_partial_tiles_and_count_blocks():
+    """A wgmma variant with K split (SPLIT_ADD last_block) keeps its pipeline (the TMA's 2-d copies, or cp.async, and
+    four asynchronous wgmma per K step), stores its float32 partials (one st.global.f32 per accumulator), fences and
+    counts its tile's blocks with one atom.global.add.u32, broadcasts the answer with bar.red.or, and adds nothing
+    atomically to C; ptxas spills nothing and keeps the multiplies asynchronous, the TMA's consumers within the 170
+    registers 384 threads leave."""
+    from autotune.runtime.compiler import link
+
+    ptx = ptx_sample("wgmma_tma_split", "wgmma_split_tt")
+    for name, acc, copy in (("wgmma_tma_split", 128, "cp.async.bulk.tensor.2d"), ("wgmma_split_tt", 64, "cp.async.cg")):
+        text = ptx[name]
+        assert copy in text, name
+        assert re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", text) == [str(2 * acc)] * 4, name
+        assert len(re.findall(r"st\.global\.f32\s", text)) == acc, name
+        assert text.count("atom.global.add.u32") == 1 and "membar.gl" in text and "bar.red.or.pred" in text, name
+        assert not issues("red", text) and "atom.global.add.f32" not in text, name
+        _, log = link(text, (9, 0))
+        registers = int(re.search(r"Used (\d+) registers", log).group(1))
+        assert "serialized" not in log and " 0 bytes spill stores" in log, (name, log)
+        assert name != "wgmma_tma_split" or registers <= 170, log
+
+
 def test_a_batched_tma_variant_copies_each_box_from_its_matrix_of_the_stack():
     """A stack's TMA variant copies the same boxes as the one-matrix tt variant, each by a 4-d copy whose last two
     coordinates pick the matrix (the map's batch levels), and none by a 2-d one; it stays asynchronous and fits."""

@@ -413,16 +413,34 @@ WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "float16", {"layout": "nn"}, [EDGE
                ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1}, "bfloat16", {"layout": "tt", "out_dtype": "float32"},
                 [EDGES]),
                ({**WGMMA, "BN": 128, "ASYNC_STAGES": 3, "TMA": 1, "GROUP_M": 1}, "float16", {"layout": "tn"}, [EDGES]),
-               ({**WGMMA, "ASYNC_STAGES": 4, "TMA": 1}, "float16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED])]
+               ({**WGMMA, "ASYNC_STAGES": 4, "TMA": 1}, "float16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED]),
+               # K split over blocks, the partial tiles summed by each tile's last block (SPLIT_ADD last_block):
+               # K 330 in slices of 192 and 138 (SPLIT_K 2) or 128, 128 and 74 (SPLIT_K 4), K 1 in one slice, K 200 in
+               # 128 and 72; cp.async and TMA (a producer warpgroup first), one and two consumer warpgroups
+               ({**WGMMA, "ASYNC_STAGES": 3, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "float16", {"layout": "nn"},
+                [(70, 90, 330), (1, 1, 1)]),
+               ({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}, "float16",
+                {"layout": "nt"}, [(70, 90, 330)]),
+               ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},
+                "bfloat16", {"layout": "tt"}, [(130, 70, 200)])]
 
 
 def test_wgmma_applies_to_float16_tiles_of_its_shape():
     """WGMMA is a float16 choice of MMA 16, BK 64 is its depth alone, and the parameters of the warp-level kernels
-    (register tiles, vector width, split-K, ...) do not apply to it."""
+    (register tiles, vector width, ...) do not apply to it; it splits K with SPLIT_ADD last_block only, and not where
+    A comes from registers (the tf32 kernel of ASYNC_STAGES 0)."""
     space = load_space("matmul")
     params = {**WGMMA, "ASYNC_STAGES": 4}
     checked = space.validate(params, dtype="float16", args={"layout": "nn"})
-    assert checked == {"strategy": "tiled", **params, "TMA": 0, "GROUP_M": 8}
+    assert checked == {"strategy": "tiled", **params, "TMA": 0, "GROUP_M": 8, "SPLIT_K": 1}
+    split = {**params, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}
+    assert space.validate(split, dtype="float16", args={"layout": "nn"})["SPLIT_K"] == 4
+    for add in ("atomic", "vector"):
+        with pytest.raises(ValueError, match="SPLIT_ADD"):
+            space.validate({**split, "SPLIT_ADD": add}, dtype="bfloat16", args={"layout": "nn"})
+    with pytest.raises(ValueError, match="not with A from registers"):
+        space.validate({**WGMMA_TF32, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, dtype="float32",
+                       args={"layout": "nn", "precision": "tf32"})
     for dtype in ("float32", "float64"):
         with pytest.raises(ValueError, match="WGMMA=1 (multiplies float16|on float32 issues)"):
             space.validate(params, dtype=dtype, args={"layout": "nn", "precision": "ieee"})
@@ -512,7 +530,8 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
     for precision in ("tf32", "3xtf32"):
         family = {"layout": "nn", "precision": precision}
         assert space.validate(params, dtype="float32", args=family) == {"strategy": "tiled", **WGMMA_TF32,
-                                                                           "TMA": 0, "GROUP_M": 8, "PREFETCH": 1}
+                                                                           "TMA": 0, "GROUP_M": 8, "PREFETCH": 1,
+                                                                           "SPLIT_K": 1}
     with pytest.raises(ValueError, match="at precision ieee"):
         space.validate(params, dtype="float32", args={"layout": "nn", "precision": "ieee"})
     family = {"layout": "nn", "precision": "tf32"}
@@ -524,7 +543,7 @@ def test_wgmma_applies_to_float32_at_the_tf32_precisions():
             space.validate({**params, **bad}, dtype="float32", args=family)
     copies = {**params, "BM": 128, "BN": 256, "ASYNC_STAGES": 4}
     assert space.validate(copies, dtype="float32", args=family) == {"strategy": "tiled", **copies, "TMA": 0,
-                                                                      "GROUP_M": 8}
+                                                                      "GROUP_M": 8, "SPLIT_K": 1}
     with pytest.raises(ValueError, match="at 3xtf32 splits .*ASYNC_STAGES must be 0"):
         space.validate(copies, dtype="float32", args={**family, "precision": "3xtf32"})
     space.validate({**params, "BM": 128, "BN": 256}, dtype="float32", args=family)

@@ -162,10 +162,13 @@ def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtyp
     names = ["A", "B", "C"]
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
-    if is_tma(params):  # the tensor maps of A and B (the simulator reads A and B themselves)
-        return tuple(names + ["maps", "M", "N", "K", "lda", "ldb", "ldc", "vec_c"])
     if is_wgmma(params):
-        return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc", "vec_a", "vec_b", "vec_c"])
+        split = ["W", "counters"] if split_add(params) == "last_block" else []
+        if is_tma(params):  # the tensor maps of A and B (the simulator reads A and B themselves)
+            return tuple(names + split + ["maps", "M", "N", "K", "lda", "ldb", "ldc"] + ["k_chunk"] * bool(split)
+                         + ["vec_c"])
+        return tuple(names + split + ["M", "N", "K", "lda", "ldb", "ldc"] + ["k_chunk"] * bool(split)
+                     + ["vec_a", "vec_b", "vec_c"])
     if split_add(params) == "last_block":
         names += ["W", "counters"]
     names += ["M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]

@@ -194,7 +194,10 @@ class MatmulFamily(KernelFamily):
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
                        OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
-                       TF32=reads_rounded_copies(params), TMA=is_tma(params))
+                       TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params))
+            if params.get("SPLIT_K", 1) == 1:  # headers as before wgmma could split: unsplit renders keep their bytes
+                shown = {k: v for k, v in params.items() if k != "SPLIT_K"}
+                ctx["description"] = f"matmul {layout} {dtype} {shown}"
             if ctx["TF32"]:  # the copies are K-major whatever the layout: A as M x K, B as N x K
                 ctx.update(TRANS_A=False, TRANS_B=True, EL0="float32(0)")
             return ctx
@@ -399,9 +402,9 @@ class MatmulFamily(KernelFamily):
         the smallest split that fills 90% of a wave of blocks (``problem_starts``' first form), else, where none
         does, the largest that keeps two K tiles per split; SPLIT_ADD kept where the configuration had one and it
         is valid, else the first valid way of combining; clamped edges exactly where the tiles overhang M or N.
-        wgmma configurations have neither and are kept as given. A gemv configuration of a skinny problem takes the
-        short side's passes and the K split that fit the shape (``gemv.starts``' first form). A batched problem's
-        blocks count every matrix's."""
+        wgmma configurations are kept as given (a split of theirs is the tuner's choice, measured per shape). A
+        gemv configuration of a skinny problem takes the short side's passes and the K split that fit the shape
+        (``gemv.starts``' first form). A batched problem's blocks count every matrix's."""
         if gemv.is_gemv(params):
             return self._fit_gemv(params, problem, device, space)
         if not is_tiled(params) or is_wgmma(params):
@@ -495,11 +498,13 @@ class MatmulFamily(KernelFamily):
 
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
-        kernels, and the TMA-fed wgmma ones, which the random draws of a covering sample (rejection sampling over
-        every parameter) practically never reach."""
+        kernels, and the TMA-fed wgmma ones and the wgmma ones that split K, which the random draws of a covering
+        sample (rejection sampling over every parameter) practically never reach."""
         tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
         return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
-                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1}]
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1},
+                {**tma, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},
+                {**tma, "TMA": 0, "BM": 64, "BN": 128, "ASYNC_STAGES": 3, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}]
 
     def bench_name(self, problem) -> str:
         layout, precision, out = (problem.args[a] for a in ("layout", "precision", "out_dtype"))

@@ -140,6 +140,19 @@ def _wgmma_f16_fits(p, ctx):
     return _async_wgmma_fits(p)
 
 
+def _wgmma_split_fits(p, ctx):
+    """A wgmma kernel's K slices meet in a float32 workspace, summed in slice order by each tile's last block
+    (templates/_wgmma.j2 gather_slices), in the cp.async and TMA kernels (matmul_wgmma.py.j2)."""
+    if not is_wgmma(p):
+        return None
+    if p["SPLIT_ADD"] != "last_block":
+        return (f"WGMMA=1 splits K with SPLIT_ADD=last_block only (its slices' partial tiles meet in a float32 "
+                f"workspace), not {p['SPLIT_ADD']}")
+    if not p["ASYNC_STAGES"]:
+        return "WGMMA=1 splits K in the cp.async and TMA kernels (ASYNC_STAGES 3 or 4), not with A from registers"
+    return None
+
+
 def _split_add_fits(p, ctx):
     if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.args.get("out_dtype") in (None, "input"):
         return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
@@ -169,6 +182,7 @@ PREDICATES = {
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
     "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
     "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
+    "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
     "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
                                                 "ASYNC_STAGES"})),
