@@ -618,7 +618,7 @@ def test_configurations_the_gpu_lacks_instructions_for_are_pruned(tmp_path):
 
     config = TuneConfig(trials=1, state_dir=tmp_path, baseline=False)
     wgmma = {"strategy": "tiled", "BM": 128, "BN": 256, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 0, "ASYNC_STAGES": 4,
-             "GROUP_M": 8}
+             "GROUP_M": 8, "SPLIT_K": 1}
     problem = Problem("matmul", (256, 256, 256), "float16", {})
     for cc, pruned in (((9, 0), False), ((8, 0), True), ((10, 0), True)):
         device = DeviceInfo(name=f"GPU {cc}", cc=cc, sm_count=132, l2_bytes=50 << 20)
