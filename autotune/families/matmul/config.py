@@ -163,12 +163,11 @@ def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtyp
     if not is_tiled(params):
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
     if is_wgmma(params):
-        split = ["W", "counters"] if split_add(params) == "last_block" else []
-        if is_tma(params):  # the tensor maps of A and B (the simulator reads A and B themselves)
-            return tuple(names + split + ["maps", "M", "N", "K", "lda", "ldb", "ldc"] + ["k_chunk"] * bool(split)
-                         + ["vec_c"])
-        return tuple(names + split + ["M", "N", "K", "lda", "ldb", "ldc"] + ["k_chunk"] * bool(split)
-                     + ["vec_a", "vec_b", "vec_c"])
+        split = split_add(params) == "last_block"  # its workspace and tile counters, and the K chunk of a slice
+        names += ["W", "counters"] if split else []
+        names += ["maps"] if is_tma(params) else []  # the tensor maps of A and B (the simulator reads A and B)
+        names += ["M", "N", "K", "lda", "ldb", "ldc"] + (["k_chunk"] if split else [])
+        return tuple(names + (["vec_c"] if is_tma(params) else ["vec_a", "vec_b", "vec_c"]))
     if split_add(params) == "last_block":
         names += ["W", "counters"]
     names += ["M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]

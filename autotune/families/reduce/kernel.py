@@ -225,7 +225,7 @@ class ReduceKernel(Planned, Kernel):
         combine = self.params["COMBINE"]
         if combine == "atomic":
             self._enqueue(*self._identity_step(out, stream))
-        counter = self._counter_array(stream) if combine in ("last_block", "atomic_last") else None
+        counter = self._counter_array(stream) if "counter" in self.arg_names else None
         self._enqueue(configured, *self._args(X=x_flat, Y=y_flat, n=n, partial=partial, counter=counter, out=out,
                                               vec_ok=vec_ok))
         if combine == "two_pass":
