@@ -7,6 +7,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import optuna
 import pytest
 from optuna.trial import TrialState
@@ -318,6 +319,35 @@ def test_killed_run_resumes_without_losing_measurements(tmp_path):
     assert len(measured) == 7
     assert "SIMULATOR DRY RUN" in out and "timings are meaningless" in out
     assert (tmp_path / "db" / "cuda-simulator.yaml").exists()
+
+
+def test_a_run_killed_while_recording_an_outcome_keeps_it_or_measures_it_again(tmp_path):
+    """A killed run leaves RUNNING trials: one whose outcome was wholly written (its stage is written last) is
+    finished with it, one killed before the stage is failed without one and queued again. Before, a trial killed
+    between its stage and the study's tell counted as a failure, and the resumed run measured one trial too few."""
+    from autotune.tuning.records import Outcome
+
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    dead = f"{__import__('socket').gethostname()}:{ended.pid}"
+    tuner = reduce_tuner(tmp_path, "family: reduce\nparams:\n  BLOCK: {values: [32, 64, 128]}\n  ITEMS: {values: [1]}\n"
+                         "  VEC: {values: [1]}\n  WAVES: {values: [1], when: {axis: [all, 1]}}\n", trials=3)
+    timing = {"median_ms": 0.25 + np.random.default_rng().random(), "p20_ms": 0.2, "p80_ms": 0.3, "reps": 5}
+    whole = Outcome(ok=True, stage="measured", timing=timing, rate=1.0).attrs()
+    recorded, half = tuner.study.ask({"BLOCK": optuna.distributions.CategoricalDistribution([32, 64, 128])}), \
+        tuner.study.ask({"BLOCK": optuna.distributions.CategoricalDistribution([32, 64, 128])})
+    for trial, attrs in ((recorded, whole), (half, {k: v for k, v in whole.items() if k != "stage"})):
+        trial.set_user_attr("owner", dead)
+        for key, value in attrs.items():
+            trial.set_user_attr(key, value)
+    assert tuner.recover_interrupted() == 1
+    settled = {t.number: t for t in tuner.study.trials}
+    assert settled[recorded.number].state == TrialState.COMPLETE
+    assert settled[recorded.number].value == timing["median_ms"]
+    assert settled[half.number].state == TrialState.FAIL and "stage" not in settled[half.number].user_attrs
+    assert tuner.policy.counts() == (1, 0, 0)  # the half record counts neither as measured nor as failed
+    assert [t.system_attrs["fixed_params"] for t in tuner.study.trials if t.state == TrialState.WAITING] \
+        == [half.params]
 
 
 def test_a_claim_is_dead_only_where_its_process_of_this_host_has_ended():

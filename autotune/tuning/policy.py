@@ -328,15 +328,27 @@ class SearchPolicy:
                    for t in self.study.get_trials(deepcopy=False))
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
-        """Record the outcome on the trial and tell the study: COMPLETE with the median, PRUNED, or FAIL."""
-        for key, value in outcome.attrs().items():
+        """Record the outcome on the trial and tell the study: COMPLETE with the median, PRUNED, or FAIL.
+
+        The stage is written last, so that a trial holding one holds its whole record: a run killed between the
+        writes leaves a RUNNING trial that ``finish_recorded`` completes, or one without a stage that is measured
+        again, never a half record counted as a failure."""
+        attrs = outcome.attrs()
+        stage = attrs.pop("stage")
+        for key, value in attrs.items():
             trial.set_user_attr(key, value)
-        if outcome.ok:
-            self.study.tell(trial, outcome.timing["median_ms"])
-        elif outcome.stage == "pruned":
-            self.study.tell(trial, state=TrialState.PRUNED)
+        trial.set_user_attr("stage", stage)
+        self.finish_recorded(trial.number, {**attrs, "stage": stage})
+
+    def finish_recorded(self, number: int, attrs: dict[str, Any]) -> None:
+        """Tell the study how a trial whose outcome is recorded in ``attrs`` ended: COMPLETE with the median,
+        PRUNED, or FAIL."""
+        if attrs["stage"] == "measured":
+            self.study.tell(number, attrs["timing"]["median_ms"])
+        elif attrs["stage"] == "pruned":
+            self.study.tell(number, state=TrialState.PRUNED)
         else:
-            self.study.tell(trial, state=TrialState.FAIL)
+            self.study.tell(number, state=TrialState.FAIL)
 
 
 def _set_aside_in(study: optuna.Study) -> dict[int, str]:

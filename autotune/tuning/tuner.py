@@ -101,10 +101,17 @@ class Tuner:
 
     # -- bookkeeping over the study -------------------------------------------------------------
     def recover_interrupted(self) -> int:
-        """Fail and re-queue the trials a killed run of this host left RUNNING; returns how many."""
+        """Settle the trials a killed run of this host left RUNNING; returns how many were queued again.
+
+        One whose outcome was fully recorded (it has a stage, written last) is finished with it, so nothing
+        measured is measured again or counted as a failure; the others are failed without a stage and re-queued."""
         count = 0
         for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            if owner_dead(str(t.user_attrs.get("owner", ""))):
+            if not owner_dead(str(t.user_attrs.get("owner", ""))):
+                continue
+            if "stage" in t.user_attrs:
+                self.policy.finish_recorded(t.number, t.user_attrs)
+            else:
                 self._requeue_left(t.number, t.params)
                 count += 1
         return count
