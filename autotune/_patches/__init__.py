@@ -27,12 +27,12 @@ from importlib.metadata import PackageNotFoundError, version
 COMPILE_PASSES = {"lowering": "numba_lowering", "ssa": "numba_ssa", "liveness": "numba_liveness",
                   "scopes": "numba_scopes", "typing": "numba_typing", "dominators": "numba_dominators"}
 #: fixes of the CUDA simulator: name -> module
-SIMULATOR_FIXES = {"simulator_shared": "simulator_shared", "simulator_barrier": "simulator_barrier"}
+SIMULATOR_FIXES = {"simulator_shared": "simulator_shared", "simulator_blocks": "simulator_blocks"}
 #: the package and version whose source each replacement mirrors
 WRITTEN_FOR = {"lowering": ("numba-cuda", "0.30.4"), "ssa": ("numba-cuda", "0.30.4"),
                "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1"),
                "dominators": ("numba-cuda", "0.30.4"), "simulator_shared": ("numba-cuda", "0.30.4"),
-               "simulator_barrier": ("numba-cuda", "0.30.4")}
+               "simulator_blocks": ("numba-cuda", "0.30.4")}
 
 _warned: set[str] = set()
 

@@ -5,7 +5,8 @@ array for the calling source line, creating it on first use. The lookup and the 
 lock, so two threads that reach the line together can each create an array: one of them then reads and writes a
 private copy of "shared" memory, and the kernel computes from uninitialised values. It is rare (a thread switch
 between the two steps), and made a simulated matmul fail in CI once in many runs. The replacement is the same
-method with the two steps under one lock.
+method with the two steps under one lock, and the calling line read from the caller's frame (numba-cuda formats the
+whole stack, source lines included, on every call: half of a simulated tree reduction's time).
 
 Installed as ``autotune._patches.guard`` describes, over numba-cuda 0.30.4's method only, whenever a generated kernel
 is loaded in the simulator; it changes nothing on a GPU.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import sys
 import threading
-import traceback
 
 import numpy as np
 
@@ -48,7 +48,8 @@ def array(self, shape, dtype, alignment=None):
     if shape == 0:
         count = self._dynshared_size // dtype.itemsize
         return np.frombuffer(self._dynshared.data, dtype=dtype, count=count)
-    caller = traceback.extract_stack(sys._getframe())[-2][0:2]
+    frame = sys._getframe(1)  # the caller: what traceback.extract_stack(...)[-2][0:2] is, without formatting the stack
+    caller = (frame.f_code.co_filename, frame.f_lineno)
     with _lock:
         res = self._allocations.get(caller)
         if res is None:

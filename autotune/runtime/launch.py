@@ -190,9 +190,11 @@ def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, str
 def _simulate(configured, args):
     """One launch in Numba's CUDA simulator, with the interpreter switching threads every SIMULATOR_SWITCH_S.
 
-    The simulator runs each GPU thread as a Python thread, and its block manager polls them in a loop to find
-    when all have reached a barrier; at the default switch interval every barrier and warp shuffle waits whole
-    intervals for the threads to be scheduled, and kernels with many of them run several times slower."""
+    numba-cuda's own simulator runs each GPU thread as a Python thread, and its block manager polls them in a loop
+    to find when all have reached a barrier; at the default switch interval every barrier waits whole intervals for
+    the threads to be scheduled, and kernels with many of them run several times slower. Where autotune's
+    greenlet blocks are installed (autotune/_patches/simulator_blocks.py) a launch runs in one thread and the
+    interval changes nothing; it matters where numba-cuda's version turns them off."""
     interval = sys.getswitchinterval()
     sys.setswitchinterval(min(interval, SIMULATOR_SWITCH_S))
     try:
