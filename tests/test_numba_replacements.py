@@ -370,6 +370,39 @@ def test_the_simulators_shared_arrays_are_one_per_line_and_block_under_contentio
         assert len(got) == 32 and all(a is got[0] for a in got)
 
 
+def test_the_simulators_casts_and_signatures_are_numbas():
+    """Scalar types called in the simulator (autotune/_patches/simulator_casts.py) cast as numba's own
+    ``Type.__call__`` does, to the same NumPy type and value, and still build signatures."""
+    from numba.core import types
+    from numba.core.typing import signature
+
+    from autotune._patches import simulator_casts
+    from autotune.runtime.build import build_kernel
+
+    build_kernel("reduce", {}, op="sum", axis=None).entry  # loads a kernel: the simulator's fixes are installed
+    if not simulator_casts.original_source_matches():
+        pytest.skip("another numba: its scalar types stay as they are")
+    original = types.Type.__call__.__wrapped__
+    assert types.Type.__call__ is not original
+    rng = np.random.default_rng()
+    values = [float(rng.standard_normal()), int(rng.integers(-2**40, 2**40)), np.float64(rng.random()) * 1e30,
+              np.float32(rng.random()), True, -0.0, float("nan"), float("inf")]
+    def outcome(call):
+        """What a cast returns (its type and value), or the type of what it raises."""
+        try:
+            with np.errstate(all="ignore"):
+                result = call()
+        except Exception as exc:  # noqa: BLE001 - the same failure is part of the same behaviour
+            return type(exc)
+        return type(result), repr(result)
+
+    for ty in (types.float32, types.float64, types.float16, types.int32, types.int64, types.uint64, types.boolean):
+        for value in values:
+            assert outcome(lambda: ty(value)) == outcome(lambda: original(ty, value)), (ty, value)
+    assert types.float32(types.float32, types.int64) == signature(types.float32, types.float32, types.int64)
+    assert types.float32() == original(types.float32)
+
+
 def test_the_typing_record_answers_repeats_and_starts_afresh_when_full(monkeypatch):
     """A repeated question is answered from the record (Numba's search not run again, the implementation key
     re-recorded); the record is cleared when it reaches MAX_ANSWERS, so a long-lived process does not keep every

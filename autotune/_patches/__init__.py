@@ -1,7 +1,8 @@
-"""Replacements of numba-cuda internals: faster passes of its compiler, and two fixes of its CUDA simulator.
+"""Replacements of numba-cuda internals: faster passes of its compiler, and three fixes of its CUDA simulator.
 
-They belong upstream (``docs/upstream/`` holds a report for each: the problem, the measurement, the patch); until
-numba-cuda takes them they live here, fenced:
+The compile passes and the simulator's shared arrays belong upstream (``docs/upstream/`` holds a report for each:
+the problem, the measurement, the patch; its barrier report proposes a thread-based form of ``simulator_blocks``,
+which runs blocks as greenlets). Until numba-cuda takes them they live here, fenced:
 
 - Each module mirrors one exact version of what it replaces and is installed only where that source hashes to the
   one it was written against (``guard.py``); with any other version Numba's own stays, and a ``PatchWarning``
@@ -27,12 +28,13 @@ from importlib.metadata import PackageNotFoundError, version
 COMPILE_PASSES = {"lowering": "numba_lowering", "ssa": "numba_ssa", "liveness": "numba_liveness",
                   "scopes": "numba_scopes", "typing": "numba_typing", "dominators": "numba_dominators"}
 #: fixes of the CUDA simulator: name -> module
-SIMULATOR_FIXES = {"simulator_shared": "simulator_shared", "simulator_blocks": "simulator_blocks"}
+SIMULATOR_FIXES = {"simulator_shared": "simulator_shared", "simulator_blocks": "simulator_blocks",
+                   "simulator_casts": "simulator_casts"}
 #: the package and version whose source each replacement mirrors
 WRITTEN_FOR = {"lowering": ("numba-cuda", "0.30.4"), "ssa": ("numba-cuda", "0.30.4"),
                "liveness": ("numba-cuda", "0.30.4"), "scopes": ("numba-cuda", "0.30.4"), "typing": ("numba", "0.68.1"),
                "dominators": ("numba-cuda", "0.30.4"), "simulator_shared": ("numba-cuda", "0.30.4"),
-               "simulator_blocks": ("numba-cuda", "0.30.4")}
+               "simulator_blocks": ("numba-cuda", "0.30.4"), "simulator_casts": ("numba", "0.68.1")}
 
 _warned: set[str] = set()
 
