@@ -398,7 +398,7 @@ def test_the_simulators_casts_and_signatures_are_numbas():
 
     for ty in (types.float32, types.float64, types.float16, types.int32, types.int64, types.uint64, types.boolean):
         for value in values:
-            assert outcome(lambda: ty(value)) == outcome(lambda: original(ty, value)), (ty, value)
+            assert outcome(lambda t=ty, v=value: t(v)) == outcome(lambda t=ty, v=value: original(t, v)), (ty, value)
     assert types.float32(types.float32, types.int64) == signature(types.float32, types.float32, types.int64)
     assert types.float32() == original(types.float32)
 

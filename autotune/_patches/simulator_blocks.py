@@ -67,7 +67,7 @@ class SimulatedThread(greenlet.greenlet):
             text = f"{text}: {exc}"
         try:
             return type(exc)(text).with_traceback(exc.__traceback__)
-        except Exception:  # an exception type that does not take one message
+        except Exception:  # noqa: BLE001 - an exception type that does not take one message: raised as it is
             return exc
 
 
@@ -87,13 +87,14 @@ def run(self, grid_point, *args):
         f(*args)
 
     live = [SimulatedThread(body, self, grid_point, point) for point in np.ndindex(*self._block_dim)]
-    with np.errstate(divide="raise") if self._debug else contextlib.nullcontext():  # numba-cuda's debug wrapper's setting
+    debug = np.errstate(divide="raise") if self._debug else contextlib.nullcontext()  # numba-cuda's debug wrapper
+    with debug:
         while live:
             waiting = []
             for thread in live:
                 try:
                     thread.switch()
-                except Exception as exc:
+                except Exception as exc:  # noqa: BLE001 - whatever the kernel raised, named with its thread
                     raise thread.failure(exc) from None
                 if not thread.dead:
                     waiting.append(thread)
