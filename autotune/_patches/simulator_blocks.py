@@ -48,11 +48,9 @@ class SimulatedThread(greenlet.greenlet):
     """One GPU thread of a block: what numba-cuda's ``BlockThread`` gives the simulated ``cuda`` module (its
     indices, its manager, ``syncthreads`` and the counting barriers), run as a greenlet of the launching thread."""
 
-    def __init__(self, run, manager, block_index: tuple[int, ...], thread_index: tuple[int, ...]) -> None:
+    def __init__(self, run, manager, block_idx, thread_index: tuple[int, ...], dim3: type) -> None:
         super().__init__(run)
-        dim3 = _modules()[1].Dim3
-        self._manager = manager
-        self.blockIdx, self.threadIdx = dim3(*block_index), dim3(*thread_index)
+        self._manager, self.blockIdx, self.threadIdx = manager, block_idx, dim3(*thread_index)
         bx, by, _ = manager._block_dim
         self.thread_id = thread_index[0] + bx * (thread_index[1] + by * thread_index[2])
 
@@ -86,7 +84,9 @@ def run(self, grid_point, *args):
     def body():
         f(*args)
 
-    live = [SimulatedThread(body, self, grid_point, point) for point in np.ndindex(*self._block_dim)]
+    dim3 = _modules()[1].Dim3
+    block_idx = dim3(*grid_point)  # one for the block's threads (read only), as the types are looked up once
+    live = [SimulatedThread(body, self, block_idx, point, dim3) for point in np.ndindex(*self._block_dim)]
     debug = np.errstate(divide="raise") if self._debug else contextlib.nullcontext()  # numba-cuda's debug wrapper
     with debug:
         while live:
