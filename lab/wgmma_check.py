@@ -1,9 +1,11 @@
 """Matmul on wgmma checked and timed on a Hopper GPU: float16 or bfloat16 (templates/matmul_wgmma.py.j2) or
 float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2; at tf32 also on TF32-rounded copies,
 ASYNC_STAGES 3 or 4, templates/matmul_wgmma.py.j2); `tma` and `tma-tf32`: float16 and tf32 variants fed by the
-TMA (TMA 1).
+TMA (TMA 1); `schedules`: float16 TMA variants with a block per tile, persistent and Stream-K (SCHEDULE), timed
+at the shapes of issue 55 (1024^3, 4096 x 4096 x 256, 8192 x 128 x 8192, 1000^3, 4096^3, 8192^3).
 
-    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tma|tf32|tma-tf32|3xtf32] [--quick]
+    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tma|tf32|tma-tf32|3xtf32|schedules]
+                              [--quick]
 
 Checks: every layout (and the 16-bit dtypes' result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
 stages), on shapes with partial tiles in M, N and K and rows whose starts are not 16-byte aligned (70 x 90 x 130:
@@ -27,6 +29,7 @@ from numba import cuda
 from autotune.core.dtypes import HALF
 from autotune.core.oracle import poison, relative_error
 from autotune.core.problem import Problem
+from autotune.core.space import load_space
 from autotune.runtime.arrays import device_to_host, host_to_device
 from autotune.runtime.build import build_kernel
 
@@ -52,6 +55,10 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                     ({**COPIES, "BM": 256, "BN": 128, "GROUP_M": 1}, ["tn", "nt"])],
            "tma-tf32": [({**COPIES, "BM": 64, "BN": 64, "ASYNC_STAGES": 3, "TMA": 1}, ["nn", "tn", "nt", "tt"]),
                         ({**COPIES, "BM": 128, "BN": 256, "TMA": 1}, ["nn", "tt"])],
+           "schedules": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": s},
+                          ["nn", "tn", "nt", "tt"]) for s in ("persistent", "stream_k")]
+           + [({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": s}, ["nn", "tt"])
+              for s in ("persistent", "stream_k")],
            "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                       ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
                       ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
@@ -76,14 +83,18 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
          "tma-tf32": [{**COPIES, "BM": 128, "BN": 256}, {**COPIES, "BM": 128, "BN": 256, "TMA": 1},
                       {**COPIES, "BM": 128, "BN": 256, "TMA": 1, "GROUP_M": 16},
                       {**COPIES, "BM": 256, "BN": 128, "TMA": 1}, {**COPIES, "BM": 128, "BN": 128, "TMA": 1}],
+         "schedules": [{**WGMMA, "BM": bm, "BN": bn, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}
+                       for bm, bn, stages in ((128, 256, 3), (128, 128, 4)) for s in ("tile", "persistent", "stream_k")],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
                     {**TF32, "BM": 64, "BN": 64}]}
+SCHEDULE_SHAPES = [(1024, 1024, 1024), (4096, 4096, 256), (8192, 128, 8192), (1000, 1000, 1000), (4096, 4096, 4096),
+                   (8192, 8192, 8192)]
 
 
 def family_of(precision: str, layout: str, out_dtype=None) -> tuple[str, dict]:
     """The dtype and family arguments of a precision: float16's or bfloat16's (tma: float16's), or float32's at a
     TF32 precision (tma-tf32: tf32's)."""
-    if precision == "tma":
+    if precision in ("tma", "schedules"):
         return "float16", {"layout": layout, "out_dtype": out_dtype}
     if precision == "tma-tf32":
         return "float32", {"layout": layout, "precision": "tf32"}
@@ -96,9 +107,12 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
     found = []
     for params, layouts in CHECKED[precision][:1] if quick else CHECKED[precision]:
         for layout in layouts:
-            for out_dtype in (None, "float32") if precision in (*HALF, "tma") else (None,):
+            for out_dtype in (None, "float32") if precision in (*HALF, "tma", "schedules") else (None,):
                 start = time.time()
                 dtype, family = family_of(precision, layout, out_dtype)
+                if load_space("matmul").checked_or_none(params, dtype=dtype, args=family) is None:
+                    print(f"skipped {params} {layout} out {out_dtype or dtype}: not valid there", flush=True)
+                    continue
                 kernel = build_kernel("matmul", params, dtype, **family)
                 for shape in SHAPES[:2] if quick else SHAPES:
                     problem = Problem("matmul", shape, dtype, family)
@@ -116,7 +130,7 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
     return found
 
 
-def time_all(sizes: list[int], precision: str) -> list[dict]:
+def time_all(shapes: list[tuple[int, int, int]], precision: str) -> list[dict]:
     import cupy
     import torch
 
@@ -126,12 +140,12 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
     flush = L2Flusher()
     rows = []
     dtype, family = family_of(precision, "nn")
-    for n in sizes:
-        A = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
-        B = rng.standard_normal((n, n), dtype=np.float32).astype(dtype)
-        picked = np.unique(np.linspace(0, n - 1, 256).astype(np.int64))
+    for M, N, K in shapes:
+        A = rng.standard_normal((M, K), dtype=np.float32).astype(dtype)
+        B = rng.standard_normal((K, N), dtype=np.float32).astype(dtype)
+        picked = np.unique(np.linspace(0, M - 1, 256).astype(np.int64))
         ref = A[picked].astype(np.float64) @ B.astype(np.float64)
-        dA, dB, dC = host_to_device(A), host_to_device(B), cuda.device_array((n, n), dtype)
+        dA, dB, dC = host_to_device(A), host_to_device(B), cuda.device_array((M, N), dtype)
         if dtype == "bfloat16":  # PyTorch takes bfloat16 as its bits; CuPy is left out
             tA, tB = (torch.from_numpy(x.view(np.int16)).to("cuda").view(torch.bfloat16) for x in (A, B))
         else:
@@ -142,8 +156,8 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
             cuda.synchronize()
             t = bench(fn, flush=flush)
             err = relative_error(np.asarray(result(), np.float64)[picked], ref)
-            rows.append({"n": n, "name": name, "ms": t.median_ms, "tflops": 2.0 * n ** 3 / t.median_ms / 1e9,
-                         "err": err})
+            rows.append({"shape": [M, N, K], "name": name, "ms": t.median_ms,
+                         "tflops": 2.0 * M * N * K / t.median_ms / 1e9, "err": err})
 
         if dtype != "bfloat16":
             cA, cB = cupy.asarray(A), cupy.asarray(B)
@@ -158,10 +172,11 @@ def time_all(sizes: list[int], precision: str) -> list[dict]:
             stages = f" stages {params['ASYNC_STAGES']}" if params["ASYNC_STAGES"] else ""
             stages += " TMA" if params.get("TMA") else ""
             group = f" G{params['GROUP_M']}" if "GROUP_M" in params else ""
+            group += f" {params['SCHEDULE']}" if "SCHEDULE" in params else ""
             row(f"wgmma {precision} {params['BM']}x{params['BN']}{stages}{group}", lambda: kernel(dA, dB, out=dC),
                 lambda: device_to_host(dC).astype(np.float32))
         if precision == "tf32":
-            row("rounded copies of A and B alone", *rounded_copies(dA, dB, n))
+            row("rounded copies of A and B alone", *rounded_copies(dA, dB, M))
     return rows
 
 
@@ -187,17 +202,23 @@ def main() -> None:
     parser.add_argument("results", nargs="?", default=".")
     parser.add_argument("--precision", choices=sorted(CHECKED), default="float16",
                         help="float16, bfloat16, or float32 at precision tf32 or 3xtf32")
-    parser.add_argument("--quick", action="store_true", help="one configuration on two shapes; 4096^3 only")
+    parser.add_argument("--quick", action="store_true",
+                        help="one configuration on two shapes; 4096^3 only (schedules: the first two shapes)")
     args = parser.parse_args()
     checks = check_all(np.random.default_rng(0), args.precision, args.quick)
-    timed = time_all([4096] if args.quick else [4096, 8192], args.precision)
+    if args.precision == "schedules":
+        shapes = SCHEDULE_SHAPES[:2] if args.quick else SCHEDULE_SHAPES
+    else:
+        shapes = [(n, n, n) for n in ([4096] if args.quick else [4096, 8192])]
+    timed = time_all(shapes, args.precision)
     with open(os.path.join(args.results, f"wgmma-{args.precision}.json"), "w") as f:
         json.dump({"checks": checks, "timed": timed}, f, indent=1)
     wrong = [c for c in checks if c["result"] != "right"]
     print(f"\n{len(checks)} checks, {len(wrong)} wrong")
-    print(f"{'N':>6} {'contender':36} {'ms':>8} {'TFLOP/s':>8} {'rel. error':>10}")
+    print(f"{'M x N x K':>16} {'contender':44} {'ms':>8} {'TFLOP/s':>8} {'rel. error':>10}")
     for r in timed:
-        print(f"{r['n']:>6} {r['name']:36} {r['ms']:8.3f} {r['tflops']:8.1f} {r['err']:10.3g}")
+        shape = "x".join(map(str, r["shape"]))
+        print(f"{shape:>16} {r['name']:44} {r['ms']:8.3f} {r['tflops']:8.1f} {r['err']:10.3g}")
 
 
 if __name__ == "__main__":

@@ -498,6 +498,83 @@ def test_wgmma_variants(params, dtype, family, shapes, rng):
         assert check_with_oracle(k, Problem("matmul", shape, dtype, family), rng) == [None, None], (shape, params)
 
 
+# A block per SM (SCHEDULE persistent, stream_k; the simulator stands in 2 SMs). Persistent: 9 tiles of 64 x 64
+# (edges in M, N and K) walked as 5 and 4, 8 tiles of 128 x 64 as 4 and 4 (two consumer warpgroups, tt, float32
+# C), one tile by one block. Stream-K: 150 x 60 x 330 is 3 tiles of 6 K steps, 9 steps a block, so the middle tile
+# is summed from two partials; one tile of 6 steps is shared by both blocks, starting and ending inside it; 1 x 1 x 1
+# is one step, one block; 100 x 150 x 150 in 128 x 64 tiles (two consumer warpgroups) is 3 tiles of 3 steps,
+# shared unevenly (5 and 4 steps), the middle tile from two partials; tf32 on rounded copies (float32 tiles, BK 32)
+# likewise at 150 x 60 x 170.
+SCHEDULE_CASES = [({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persistent"}, "float16", {"layout": "nn"},
+                   [((150, 130, 70), 9), ((1, 1, 1), 1)]),
+                  ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "persistent", "GROUP_M": 1},
+                   "bfloat16", {"layout": "tt", "out_dtype": "float32"}, [((130, 200, 70), 8)]),
+                  ({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16", {"layout": "nt"},
+                   [((150, 60, 330), 18), ((50, 60, 330), 6), ((1, 1, 1), 1)]),
+                  ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "stream_k", "GROUP_M": 1},
+                   "bfloat16", {"layout": "tn", "out_dtype": "float32"}, [((100, 150, 150), 9)]),
+                  ({**WGMMA_TF32, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float32",
+                   {"layout": "tn", "precision": "tf32"}, [((150, 60, 170), 18)])]
+
+
+@pytest.mark.parametrize("params,dtype,family,shapes", SCHEDULE_CASES)
+def test_a_block_per_sm_walks_every_tile_and_every_k_step(params, dtype, family, shapes, monkeypatch, rng):
+    """A persistent or Stream-K variant launches min(work, SMs) blocks (work: tiles, or all tiles' K steps), each
+    walking its tiles or its share of the steps; every result is checked by the family's oracle, so a tile or a
+    step left out or counted twice, or a partial summed from the wrong slot, fails. A Stream-K call repeated gives
+    the same bits (its partials are summed in K order, whichever block comes last) and leaves its tile counters
+    reset."""
+    from autotune.core.device import SIMULATOR_SM_COUNT
+    from autotune.core.problem import Problem
+    from autotune.families.matmul import kernel as kernel_module
+
+    k = build_kernel("matmul", params, dtype, **family)
+    grids = []
+    configure = kernel_module.configure
+    monkeypatch.setattr(kernel_module, "configure", lambda f, grid, *rest: (
+        grids.append(grid) if f is k.entry else None, configure(f, grid, *rest))[1])
+    for shape, work in shapes:
+        problem = Problem("matmul", shape, dtype, family)
+        assert check_with_oracle(k, problem, rng) == [None, None], (shape, params)
+        assert grids[-1] == (min(work, SIMULATOR_SM_COUNT), 1), (shape, grids)
+    if params["SCHEDULE"] == "stream_k":
+        inputs = problem.impl.inputs(Problem("matmul", shapes[0][0], dtype, family), rng, "check")
+        assert np.array_equal(k(*inputs), k(*inputs), equal_nan=True)
+        for _, _, (_, counters) in k._launches.values():
+            assert not counters.copy_to_host().any()
+
+
+def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits():
+    """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile beside the
+    stages must fit the shared memory (at C's element size: 128 x 256 float16 with 3 stages fits, with float32 C
+    it does not); the tuner tries a TMA start with each schedule."""
+    space = load_space("matmul")
+    params = {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persistent"}
+    assert space.validate(params, dtype="float16", args={"layout": "nn"})["SCHEDULE"] == "persistent"
+    unfed = {k: v for k, v in params.items() if k != "SCHEDULE"} | {"TMA": 0}
+    assert "SCHEDULE" not in space.validate(unfed, dtype="float16", args={"layout": "nn"})
+    with pytest.raises(ValueError, match="SCHEDULE does not apply here"):
+        space.validate({**unfed, "SCHEDULE": "stream_k"}, dtype="float16", args={"layout": "nn"})
+    for schedule in ("persistent", "stream_k"):
+        for change, args, refusal in (({"SPLIT_K": 2, "SPLIT_ADD": "last_block"}, {}, "SPLIT_K must be 1"),
+                                      ({}, {"batch": "strided"}, "a batched problem takes SCHEDULE tile"),
+                                      ({}, {"out_dtype": "float32"}, "shared memory exceed"),
+                                      ({"ASYNC_STAGES": 4}, {}, "shared memory")):
+            with pytest.raises(ValueError, match=refusal):
+                space.validate({**params, "SCHEDULE": schedule, **change}, dtype="float16",
+                               args={"layout": "nn", **args})
+    assert dynamic_shared_bytes(params, "float16") == 3 * (128 + 256) * 64 * 2 + 128 * 264 * 2 + 1024
+    assert dynamic_shared_bytes(params, "float16", "float32") == 3 * (128 + 256) * 64 * 2 + 128 * 264 * 4 + 1024
+    from autotune.core.device import DeviceInfo
+    from autotune.core.problem import Problem
+
+    start = space.validate({**params, "SCHEDULE": "tile"}, dtype="float16", args={"layout": "nn"})
+    problem = Problem("matmul", (4096, 4096, 4096), "float16")
+    forms = problem.impl.problem_starts(start, problem, DeviceInfo("GPU", (9, 0), 132, 50 << 20), space)
+    assert forms[-2:] == [{**start, "SCHEDULE": "persistent"}, {**start, "SCHEDULE": "stream_k"}]
+    assert all(f["SCHEDULE"] == "tile" for f in forms[:-2])
+
+
 def test_each_call_rounds_its_operands_again(rng):
     """A tf32 variant on rounded copies writes the copies in every call (they are steps of its plan): a second call
     with new values in the same arrays multiplies the new values; the copies follow the layout."""

@@ -176,6 +176,21 @@ def _make_plain_asm(text: str):
     return instruction
 
 
+@intrinsic
+def named_barrier(typingctx, idx, threads):
+    """``bar.sync idx, threads``: the calling warps wait at barrier ``idx`` (1 to 15; 0 is ``syncthreads``') until
+    ``threads`` threads (whole warps) have arrived, with syncthreads' ordering of shared memory among them. Some of
+    a block's warpgroups synchronize while the others go on (a persistent kernel's consumers storing a tile while
+    its producer copies the next)."""
+    def codegen(context, builder, sig, args):
+        values = [context.cast(builder, v, t, types.int32) for v, t in zip(args, sig.args)]
+        fnty = ir.FunctionType(ir.VoidType(), [v.type for v in values])
+        builder.call(ir.InlineAsm(fnty, "bar.sync $0, $1;", "r,r,~{memory}", side_effect=True), values)
+        return context.get_dummy_value()
+
+    return types.void(idx, threads), codegen
+
+
 cp_async4 = _make_cp_async(4)
 cp_async8 = _make_cp_async(8)
 cp_async16 = _make_cp_async(16)
@@ -569,7 +584,7 @@ def tile_add(typingctx, a, b):
 
 
 __all__ = ["atomic_max_nan", "atomic_min_nan", "bf16_tile", "bf16_to_f32", "f32_to_bf16", "maximum", "minimum",
-           "mul_add", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit", "cp_async_wait0", "cp_async_wait1",
-           "cp_async_wait2", "dmma_tile", "f16_tile", "gather", "ldmatrix", "tf32_tile", "tf32x3_tile", "red_add1",
-           "red_add2", "red_add4", "tile_add", "tile_of", "vload2", "vload4", "vload8", "vstore2", "vstore4",
-           "vstore8"]
+           "mul_add", "named_barrier", "cp_async4", "cp_async8", "cp_async16", "cp_async_commit", "cp_async_wait0",
+           "cp_async_wait1", "cp_async_wait2", "dmma_tile", "f16_tile", "gather", "ldmatrix", "tf32_tile",
+           "tf32x3_tile", "red_add1", "red_add2", "red_add4", "tile_add", "tile_of", "vload2", "vload4", "vload8",
+           "vstore2", "vstore4", "vstore8"]

@@ -45,6 +45,19 @@ def is_tma(p: Mapping[str, Any]) -> bool:
     return is_wgmma(p) and bool(p.get("TMA", 0))
 
 
+def schedule(p: Mapping[str, Any]) -> str:
+    """Which tiles a block computes (SCHEDULE; templates/matmul_wgmma.py.j2): "tile", one, the grid covering C;
+    "persistent", a TMA variant's block per SM walking C's tiles; "stream_k", a TMA variant's block per SM taking an
+    even share of all tiles' K steps."""
+    return p.get("SCHEDULE", "tile") if is_tma(p) else "tile"
+
+
+def is_persistent(p: Mapping[str, Any]) -> bool:
+    """A variant whose blocks, one per SM, walk the work (SCHEDULE persistent or stream_k): a grid of at most one
+    block per SM, C's tile beside the stages."""
+    return schedule(p) != "tile"
+
+
 def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
     """A TF32 wgmma variant fed by cp.async or the TMA (ASYNC_STAGES > 0, precision tf32): its operands are first
     rounded to TF32 into K-major copies (autotune/families/matmul/tf32_copies.py), which float16's kernel then
@@ -63,25 +76,30 @@ def matmul_threads(p: Mapping[str, Any]) -> int:
     return (p["BM"] // p["TM"]) * (p["BN"] // p["TN"])
 
 
-def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int, out_itemsize: int | None = None) -> int:
+    """Shared memory of a block; ``out_itemsize``: bytes of an element of C (the operands' by default), which a
+    persistent variant's tile of C beside the stages takes."""
     if gemv.is_gemv(p):
         return 0
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
     if is_wgmma(p):
-        return wgmma_shared_bytes(p, itemsize)
+        return wgmma_shared_bytes(p, itemsize, out_itemsize or itemsize)
     return shared_stages(p) * (a_tile_elements(p, itemsize) + p["BK"] * (p["BN"] + shared_pad(p, itemsize))) * itemsize
 
 
-def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int, out_itemsize: int) -> int:
     """The operand tiles (float16 and TF32 read from rounded copies: ASYNC_STAGES of A and B; TF32 otherwise: B
     alone, two buffers of a big and a small part at 3xtf32, three of one part at tf32, whichever is larger, as this
     does not know the precision) or, after them in the same memory, the BM x (BN + 8) tile of C (float32 at most);
-    and up to 1024 bytes to the first boundary of the swizzle's atoms."""
+    and up to 1024 bytes to the first boundary of the swizzle's atoms. A persistent variant keeps C's tile (of
+    ``out_itemsize`` elements) beside the stages, which the producer fills for the next tile meanwhile."""
     if is_wgmma_tf32(p) and not reads_rounded_copies(p):
         operands = 2 * 2 * p["BN"] * p["BK"] * itemsize
     else:
         operands = p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+    if is_persistent(p):
+        return operands + p["BM"] * (p["BN"] + 8) * out_itemsize + WGMMA_ALIGN
     return max(operands, p["BM"] * (p["BN"] + 8) * 4) + WGMMA_ALIGN
 
 
@@ -126,12 +144,12 @@ def shared_stages(p: Mapping[str, Any]) -> int:
     return p.get("ASYNC_STAGES", 0) or (2 if p.get("PREFETCH", 1) else 1)
 
 
-def dynamic_shared_bytes(params: Mapping[str, Any], dtype: str) -> int:
+def dynamic_shared_bytes(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> int:
     """Bytes of dynamic shared memory a launch of this variant needs: its tiles, where they exceed what a
-    kernel may declare statically; 0 otherwise."""
+    kernel may declare statically; 0 otherwise. ``out_dtype``: C's (the operands' by default)."""
     if not is_tiled(params):
         return 0
-    n = matmul_shared_bytes(params, np.dtype(dtype).itemsize)
+    n = matmul_shared_bytes(params, np.dtype(dtype).itemsize, np.dtype(out_dtype or dtype).itemsize)
     return n if n > MAX_STATIC_SHARED_BYTES or is_wgmma(params) else 0
 
 
@@ -164,7 +182,7 @@ def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtyp
         return tuple(names + ["M", "N", "K", "lda", "ldb", "ldc"])
     if is_wgmma(params):
         split = split_add(params) == "last_block"  # its workspace and tile counters, and the K chunk of a slice
-        names += ["W", "counters"] if split else []
+        names += ["W", "counters"] if split or schedule(params) == "stream_k" else []
         names += ["maps"] if is_tma(params) else []  # the tensor maps of A and B (the simulator reads A and B)
         names += ["M", "N", "K", "lda", "ldb", "ldc"] + (["k_chunk"] if split else [])
         return tuple(names + (["vec_c"] if is_tma(params) else ["vec_a", "vec_b", "vec_c"]))

@@ -43,6 +43,7 @@ from .config import (
     accumulator_dtype,
     dims,
     dynamic_shared_bytes,
+    is_persistent,
     is_tiled,
     is_tma,
     is_wgmma,
@@ -52,6 +53,7 @@ from .config import (
     matmul_threads,
     mma_precision,
     reads_rounded_copies,
+    schedule,
     shared_pad,
     shared_stages,
     split_add,
@@ -194,9 +196,13 @@ class MatmulFamily(KernelFamily):
         if is_wgmma(params):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
                        OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
-                       TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params))
-            if params.get("SPLIT_K", 1) == 1:  # headers as before wgmma could split: unsplit renders keep their bytes
-                shown = {k: v for k, v in params.items() if k != "SPLIT_K"}
+                       TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params),
+                       PERSISTENT=is_persistent(params), STREAM_K=schedule(params) == "stream_k")
+            # headers as before wgmma could split or persist: renders without either keep their bytes
+            hidden = {"SPLIT_K"} if params.get("SPLIT_K", 1) == 1 else set()
+            hidden |= {"SCHEDULE"} if params.get("SCHEDULE", "tile") == "tile" else set()
+            if hidden:
+                shown = {k: v for k, v in params.items() if k not in hidden}
                 ctx["description"] = f"matmul {layout} {dtype} {shown}"
             if ctx["TF32"]:  # the copies are K-major whatever the layout: A as M x K, B as N x K
                 ctx.update(TRANS_A=False, TRANS_B=True, EL0="float32(0)")
@@ -375,8 +381,9 @@ class MatmulFamily(KernelFamily):
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
         tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
         tried with ``EDGE: clamp`` first: a square winner runs a slightly smaller square markedly faster clamped,
-        and the committed winners of 1000^3 and 127x3000x511 are clamped. A gemv start is split over K to fill the
-        GPU likewise (gemv.starts); a batched problem's blocks count every matrix's."""
+        and the committed winners of 1000^3 and 127x3000x511 are clamped. A TMA start is also tried with a block per
+        SM (SCHEDULE persistent and stream_k), unsplit. A gemv start is split over K to fill the GPU likewise
+        (gemv.starts); a batched problem's blocks count every matrix's."""
         if gemv.is_gemv(start):
             return gemv.starts(start, dims(problem.shape), problem.dtype, problem.args, device.sm_count,
                                space.params["SPLIT_K"].values)
@@ -394,6 +401,8 @@ class MatmulFamily(KernelFamily):
                 forms += [{**start, "SPLIT_K": split, "SPLIT_ADD": add} for add in ("atomic", "vector", "last_block")]
         if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
             forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
+        if is_tma(start) and schedule(start) == "tile":  # the same tiles walked by a block per SM
+            forms += [{**start, "SCHEDULE": s, "SPLIT_K": 1} for s in ("persistent", "stream_k")]
         return forms
 
     # -- coverage -----------------------------------------------------------------------------------
@@ -498,11 +507,15 @@ class MatmulFamily(KernelFamily):
 
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
-        kernels, and the TMA-fed wgmma ones and the wgmma ones that split K, which the random draws of a covering
-        sample (rejection sampling over every parameter) practically never reach."""
+        kernels, and the TMA-fed wgmma ones (each SCHEDULE) and the wgmma ones that split K, which the random
+        draws of a covering sample (rejection sampling over every parameter) practically never reach."""
         tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
         return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1},
+                {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 4, "SCHEDULE": "persistent", "GROUP_M": 1},
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "SCHEDULE": "persistent"},
+                {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "stream_k"},
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "SCHEDULE": "stream_k", "GROUP_M": 1},
                 {**tma, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},
                 {**tma, "TMA": 0, "BM": 64, "BN": 128, "ASYNC_STAGES": 3, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}]
 

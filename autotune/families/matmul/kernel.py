@@ -1,7 +1,8 @@
 """Calling a matmul variant: argument checks, launch configuration, split-K workspaces, plans.
 
 A split-K variant with ``SPLIT_ADD: last_block`` keeps, per shape it is called with, a workspace of
-SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile; like the reductions' counter, they
+SPLIT_K x M x N elements (rounded up to whole tiles) and a counter per tile (a Stream-K variant, ``SCHEDULE:
+stream_k``, two partial tiles per block and a counter per tile); like the reductions' counter, they
 belong to the kernel object and are kept per stream (see autotune/runtime/streams.py), so calls on different streams
 never share them. So are the TF32-rounded copies of A and B that a variant reading rounded copies multiplies
 ((M + N) x K floats; see autotune/families/matmul/tf32_copies.py): each call first writes them, then the wgmma kernel
@@ -35,11 +36,13 @@ from .config import (
     BATCH_ARGS,
     accumulator_dtype,
     dynamic_shared_bytes,
+    is_persistent,
     is_tma,
     is_wgmma,
     kernel_args,
     matmul_threads,
     reads_rounded_copies,
+    schedule,
     split_add,
 )
 
@@ -141,17 +144,27 @@ class MatmulKernel(Planned, Kernel):
                 per_split = -(-K // p.get("SPLIT_K", 1))
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                if is_persistent(p):  # a block per SM walks the tiles (Stream-K: their K steps)
+                    work = blocks * -(-K // p["BK"]) if schedule(p) == "stream_k" else blocks
+                    blocks = min(work, self._sm_count())
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
             if count:
                 grid = (*grid, count)
-            shared = dynamic_shared_bytes(p, self.dtype)
+            shared = dynamic_shared_bytes(p, self.dtype, self.out_dtype)
             self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
-                                   self._scratch(grid, M * N * max(count, 1)))
+                                   self._scratch(grid, M * N * max(count, 1), M, N))
         return self._launches[key]
 
-    def _scratch(self, grid, outputs: int) -> tuple:
+    def _sm_count(self) -> int:
+        """The current GPU's SMs (the simulator's stand-in count), which a persistent variant's grid fills."""
+        from ...core.device import current_device
+
+        return current_device().sm_count
+
+    def _scratch(self, grid, outputs: int, M: int, N: int) -> tuple:
         """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block (every matrix's, for a
-        batched launch), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
+        batched launch) or of Stream-K (two partial tiles per block of the grid, a counter per tile of the M x N
+        product), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
         workspace of a gemv variant whose K slices meet there (``outputs`` elements, C's); for other variants,
         one-element stand-ins made once per kernel."""
         from numba import cuda
@@ -159,6 +172,10 @@ class MatmulKernel(Planned, Kernel):
         p = self.params
         if gemv.is_gemv(p) and gemv.workspace(p, self.out_dtype):
             return cuda.device_array(outputs, dtype=np.float32), None
+        if schedule(p) == "stream_k":  # two partial tiles per block at most: its first and its last share
+            tiles = -(-M // p["BM"]) * -(-N // p["BN"])
+            return (cuda.device_array(2 * grid[0] * p["BM"] * p["BN"], dtype=np.float32),
+                    cuda.to_device(np.zeros(tiles, dtype=np.int32)))
         if split_add(p) == "last_block":
             tiles, slices, *count = grid
             matrices = count[0] if count else 1

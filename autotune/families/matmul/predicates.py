@@ -3,10 +3,18 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.constraints import Predicate
+from ...core.constraints import MAX_SHARED_BYTES, Predicate
 from ...core.dtypes import HALF
 from . import gemv
-from .config import accumulator_dtype, is_tma, is_wgmma, matmul_threads, reads_rounded_copies, split_add
+from .config import (
+    accumulator_dtype,
+    is_tma,
+    is_wgmma,
+    matmul_shared_bytes,
+    matmul_threads,
+    reads_rounded_copies,
+    split_add,
+)
 
 
 def _tile_loads_even(p, ctx):
@@ -153,6 +161,23 @@ def _wgmma_split_fits(p, ctx):
     return None
 
 
+def _schedule_fits(p, ctx):
+    """A block per SM (SCHEDULE persistent, stream_k) walks the work of one matrix, K unsplit by SPLIT_K (Stream-K
+    splits it its own way), C's tile beside the stages in shared memory."""
+    if p["SCHEDULE"] == "tile":
+        return None
+    if p["SPLIT_K"] != 1:
+        return f"SCHEDULE={p['SCHEDULE']} takes K unsplit by SPLIT_K: SPLIT_K must be 1, not {p['SPLIT_K']}"
+    if ctx.args.get("batch"):
+        return f"SCHEDULE={p['SCHEDULE']} walks the tiles of one matrix: a batched problem takes SCHEDULE tile"
+    out = np.dtype(ctx.args.get("out_dtype") or ctx.dtype).itemsize
+    need = matmul_shared_bytes(p, ctx.itemsize, out)
+    if need > MAX_SHARED_BYTES:
+        return (f"SCHEDULE={p['SCHEDULE']} keeps C's {p['BM']} x {p['BN']} tile beside the {p['ASYNC_STAGES']} "
+                f"stages: {need} bytes of shared memory exceed {MAX_SHARED_BYTES}")
+    return None
+
+
 def _split_add_fits(p, ctx):
     if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.args.get("out_dtype") in (None, "input"):
         return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
@@ -182,6 +207,7 @@ PREDICATES = {
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
     "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
     "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
+    "schedule_fits": Predicate(_schedule_fits, frozenset({"SCHEDULE", "SPLIT_K", "BM", "BN", "BK", "ASYNC_STAGES"})),
     "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
     "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
