@@ -546,8 +546,9 @@ def test_a_block_per_sm_walks_every_tile_and_every_k_step(params, dtype, family,
 
 def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits():
     """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile beside the
-    stages must fit the shared memory (at C's element size: 128 x 256 float16 with 3 stages fits, with float32 C
-    it does not); the tuner tries a TMA start with each schedule."""
+    stages must fit the shared memory with the kernel's static arrays (at C's element size: 128 x 256 float16 with
+    3 stages fits, with float32 C it does not); the tuner tries a TMA start with each schedule. A Stream-K call
+    whose K steps of all tiles do not fit 32 bits is refused, not left unwritten."""
     space = load_space("matmul")
     params = {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persistent"}
     assert space.validate(params, dtype="float16", args={"layout": "nn"})["SCHEDULE"] == "persistent"
@@ -559,7 +560,9 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
         for change, args, refusal in (({"SPLIT_K": 2, "SPLIT_ADD": "last_block"}, {}, "SPLIT_K must be 1"),
                                       ({}, {"batch": "strided"}, "a batched problem takes SCHEDULE tile"),
                                       ({}, {"out_dtype": "float32"}, "shared memory exceed"),
-                                      ({"ASYNC_STAGES": 4}, {}, "shared memory")):
+                                      ({"ASYNC_STAGES": 4}, {}, "shared memory"),
+                                      # 232,448 bytes of tiles exactly: no room for the mbarriers beside them
+                                      ({"BM": 64, "ASYNC_STAGES": 4}, {"out_dtype": "float32"}, "232576 bytes")):
             with pytest.raises(ValueError, match=refusal):
                 space.validate({**params, "SCHEDULE": schedule, **change}, dtype="float16",
                                args={"layout": "nn", **args})
@@ -573,6 +576,12 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     forms = problem.impl.problem_starts(start, problem, DeviceInfo("GPU", (9, 0), 132, 50 << 20), space)
     assert forms[-2:] == [{**start, "SCHEDULE": "persistent"}, {**start, "SCHEDULE": "stream_k"}]
     assert all(f["SCHEDULE"] == "tile" for f in forms[:-2])
+    from autotune.runtime.streams import DEFAULT
+
+    stream_k = build_kernel("matmul", {**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16")
+    with pytest.raises(ValueError, match="2\\*\\*32 or more: use SCHEDULE tile"):
+        stream_k._launch_config(1 << 17, 1 << 17, 1 << 16, DEFAULT)  # 2048 x 2048 tiles of 1024 steps: 2**32
+    assert stream_k._launch_config(1 << 17, 1 << 17, (1 << 16) - 64, DEFAULT)[1] == (1 << 16) - 64
 
 
 def test_each_call_rounds_its_operands_again(rng):

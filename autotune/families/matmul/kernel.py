@@ -146,6 +146,9 @@ class MatmulKernel(Planned, Kernel):
                 blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 if is_persistent(p):  # a block per SM walks the tiles (Stream-K: their K steps)
                     work = blocks * -(-K // p["BK"]) if schedule(p) == "stream_k" else blocks
+                    if work >= 2**32:
+                        raise ValueError(f"this variant ({schedule(p)}) counts the {work} K steps of all tiles in 32 "
+                                         f"bits, and this product has 2**32 or more: use SCHEDULE tile")
                     blocks = min(work, self._sm_count())
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
             if count:

@@ -16,6 +16,9 @@ from .config import (
     split_add,
 )
 
+STATIC_SHARED_BYTES = 128  # the TMA kernel's mbarriers (16 bytes a stage) and Stream-K's answer word, which the
+# driver counts against the same per-block limit as the dynamic bytes a launch asks for
+
 
 def _tile_loads_even(p, ctx):
     n = matmul_threads(p) * p["VEC"]
@@ -163,7 +166,7 @@ def _wgmma_split_fits(p, ctx):
 
 def _schedule_fits(p, ctx):
     """A block per SM (SCHEDULE persistent, stream_k) walks the work of one matrix, K unsplit by SPLIT_K (Stream-K
-    splits it its own way), C's tile beside the stages in shared memory."""
+    splits it its own way), C's tile beside the stages in shared memory, with the kernel's static shared arrays."""
     if p["SCHEDULE"] == "tile":
         return None
     if p["SPLIT_K"] != 1:
@@ -171,11 +174,12 @@ def _schedule_fits(p, ctx):
     if ctx.args.get("batch"):
         return f"SCHEDULE={p['SCHEDULE']} walks the tiles of one matrix: a batched problem takes SCHEDULE tile"
     out = np.dtype(ctx.args.get("out_dtype") or ctx.dtype).itemsize
-    need = matmul_shared_bytes(p, ctx.itemsize, out)
+    need = matmul_shared_bytes(p, ctx.itemsize, out) + STATIC_SHARED_BYTES
     if need > MAX_SHARED_BYTES:
         return (f"SCHEDULE={p['SCHEDULE']} keeps C's {p['BM']} x {p['BN']} tile beside the {p['ASYNC_STAGES']} "
                 f"stages: {need} bytes of shared memory exceed {MAX_SHARED_BYTES}")
     return None
+
 
 
 def _split_add_fits(p, ctx):
