@@ -57,8 +57,8 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                         ({**COPIES, "BM": 128, "BN": 256, "TMA": 1}, ["nn", "tt"])],
            "schedules": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": s},
                           ["nn", "tn", "nt", "tt"]) for s in ("persistent", "stream_k")]
-           + [({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": s}, ["nn", "tt"])
-              for s in ("persistent", "stream_k")],
+           + [({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}, ["nn", "tt"])
+              for stages in (3, 4) for s in ("persistent", "stream_k")],
            "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                       ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
                       ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
@@ -84,7 +84,8 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
                       {**COPIES, "BM": 128, "BN": 256, "TMA": 1, "GROUP_M": 16},
                       {**COPIES, "BM": 256, "BN": 128, "TMA": 1}, {**COPIES, "BM": 128, "BN": 128, "TMA": 1}],
          "schedules": [{**WGMMA, "BM": bm, "BN": bn, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}
-                       for bm, bn, stages in ((128, 256, 3), (128, 128, 4)) for s in ("tile", "persistent", "stream_k")],
+                       for bm, bn, stages in ((128, 256, 4), (128, 256, 3), (128, 128, 4))
+                       for s in ("tile", "persistent", "stream_k")],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
                     {**TF32, "BM": 64, "BN": 64}]}
 SCHEDULE_SHAPES = [(1024, 1024, 1024), (4096, 4096, 256), (8192, 128, 8192), (1000, 1000, 1000), (4096, 4096, 4096),
@@ -205,6 +206,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="one configuration on two shapes; 4096^3 only (schedules: the first two shapes)")
     args = parser.parse_args()
+    os.makedirs(args.results, exist_ok=True)
     checks = check_all(np.random.default_rng(0), args.precision, args.quick)
     if args.precision == "schedules":
         shapes = SCHEDULE_SHAPES[:2] if args.quick else SCHEDULE_SHAPES

@@ -271,8 +271,9 @@ def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
 def test_a_block_per_sm_keeps_the_tma_pipeline_and_stores_c_at_a_named_barrier_of_the_consumers():
     """A persistent or Stream-K TMA variant keeps the TMA variant's pipeline (2-d copies announced to mbarriers, four
     asynchronous wgmma per K step) inside its walk; its consumers synchronize for C's tile at barrier 1 with their
-    own thread count (256: two warpgroups, without the producer's 128), twice per stored tile, and the block
-    barrier 0 comes once, after the mbarriers' set-up. Stream-K's consumers also store a partial tile (one
+    own thread count (256: two warpgroups, without the producer's 128), twice per stored part of the tile (128 x 256
+    float16 with 4 stages: 4 parts of 64 columns, the most that fit beside the stages), and the block barrier 0
+    comes once, after the mbarriers' set-up. Stream-K's consumers also store a partial tile (one
     st.global.f32 per accumulator), count their block with one atom.global.add and meet at barrier 1 twice more
     for it; its arithmetic stays 32-bit (a 64-bit division is a call, and serializes the wgmma). ptxas keeps the
     multiplies asynchronous within the 168 registers 384 threads leave, spilling nothing, or (Stream-K at
@@ -281,15 +282,15 @@ def test_a_block_per_sm_keeps_the_tma_pipeline_and_stores_c_at_a_named_barrier_o
 
     names = ("wgmma_tma_persistent", "wgmma_tma_tf32_persistent", "wgmma_tma_stream_k", "wgmma_tma_stream_k_tn")
     ptx = ptx_sample(*names)
-    for name, boxes, acc, spill in ((names[0], (1, 4), 128, 0), (names[1], (1, 1), 64, 0), (names[2], (1, 4), 128, 16),
-                                    (names[3], (2, 2), 64, 0)):
+    for name, boxes, acc, spill, parts in ((names[0], (1, 4), 128, 0, 4), (names[1], (1, 1), 64, 0, 1),
+                                           (names[2], (1, 4), 128, 16, 1), (names[3], (2, 2), 64, 0, 1)):
         text = ptx[name]
         stream_k = "stream_k" in name
         copies = text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes")
         assert copies == sum(boxes) and "cp.async.cg" not in text, (name, copies)
         assert len(re.findall(r"wgmma\.mma_async\.sync\.aligned", text)) == 4, name
         named = re.findall(r"bar\.sync (%r\d+), (%r\d+);", text)
-        assert len(named) == (4 if stream_k else 2), (name, named)
+        assert len(named) == 2 * parts + 2 * stream_k, (name, named)
         for pair in set(named):
             assert [re.findall(rf"mov\.u32\s+{re.escape(r)}, (\d+);", text) for r in pair] == [["1"], ["256"]], name
         assert len(re.findall(r"bar\.sync\s+0;", text)) == 1 and "bar.red" not in text, name

@@ -509,6 +509,10 @@ SCHEDULE_CASES = [({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persisten
                    [((150, 130, 70), 9), ((1, 1, 1), 1)]),
                   ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "persistent", "GROUP_M": 1},
                    "bfloat16", {"layout": "tt", "out_dtype": "float32"}, [((130, 200, 70), 8)]),
+                  # C's float32 tile leaves in two parts of 128 columns (config.c_columns), the second tile's second
+                  # part wholly right of N
+                  ({**WGMMA, "BN": 256, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "persistent"}, "float16",
+                   {"layout": "nn", "out_dtype": "float32"}, [((70, 300, 70), 4)]),
                   ({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16", {"layout": "nt"},
                    [((150, 60, 330), 18), ((50, 60, 330), 6), ((1, 1, 1), 1)]),
                   ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "stream_k", "GROUP_M": 1},
@@ -545,10 +549,13 @@ def test_a_block_per_sm_walks_every_tile_and_every_k_step(params, dtype, family,
 
 
 def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits():
-    """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile beside the
-    stages must fit the shared memory with the kernel's static arrays (at C's element size: 128 x 256 float16 with
-    3 stages fits, with float32 C it does not); the tuner tries a TMA start with each schedule. A Stream-K call
-    whose K steps of all tiles do not fit 32 bits is refused, not left unwritten."""
+    """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile, or the
+    widest half, quarter, ... of its columns that fits, lies beside the stages in the shared memory with the kernel's
+    static arrays (128 x 256 float16 with 3 stages: the whole tile; with 4 stages, 64 columns at a time; float32 C,
+    32); the tuner tries a TMA start with each schedule. A Stream-K call whose K steps of all tiles do not fit 32
+    bits is refused, not left unwritten."""
+    from autotune.families.matmul.config import c_columns
+
     space = load_space("matmul")
     params = {**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persistent"}
     assert space.validate(params, dtype="float16", args={"layout": "nn"})["SCHEDULE"] == "persistent"
@@ -556,18 +563,25 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     assert "SCHEDULE" not in space.validate(unfed, dtype="float16", args={"layout": "nn"})
     with pytest.raises(ValueError, match="SCHEDULE does not apply here"):
         space.validate({**unfed, "SCHEDULE": "stream_k"}, dtype="float16", args={"layout": "nn"})
+    deep = {**params, "ASYNC_STAGES": 4}
+    assert [c_columns(p, 2, out) for p in (params, deep) for out in (2, 4)] == [256, 128, 64, 32]
     for schedule in ("persistent", "stream_k"):
+        for out in ({}, {"out_dtype": "float32"}):
+            space.validate({**deep, "SCHEDULE": schedule}, dtype="float16", args={"layout": "nn", **out})
         for change, args, refusal in (({"SPLIT_K": 2, "SPLIT_ADD": "last_block"}, {}, "SPLIT_K must be 1"),
-                                      ({}, {"batch": "strided"}, "a batched problem takes SCHEDULE tile"),
-                                      ({}, {"out_dtype": "float32"}, "shared memory exceed"),
-                                      ({"ASYNC_STAGES": 4}, {}, "shared memory"),
-                                      # 232,448 bytes of tiles exactly: no room for the mbarriers beside them
-                                      ({"BM": 64, "ASYNC_STAGES": 4}, {"out_dtype": "float32"}, "232576 bytes")):
+                                      ({}, {"batch": "strided"}, "a batched problem takes SCHEDULE tile")):
             with pytest.raises(ValueError, match=refusal):
                 space.validate({**params, "SCHEDULE": schedule, **change}, dtype="float16",
                                args={"layout": "nn", **args})
+    # operands of 192 KB leave 34,688 bytes: 16 columns of float32 C need 256 x 24 x 4 = 24,576, 32 need 40,960;
+    # 4 stages of 256 KB leave none
+    wide = {**deep, "BM": 256, "BN": 256, "ASYNC_STAGES": 3}
+    assert c_columns(wide, 2, 4) == 16
+    with pytest.raises(ValueError, match="16 or more of C's columns .* 287872 bytes of shared memory exceed 232448"):
+        space.validate({**wide, "ASYNC_STAGES": 4}, dtype="float16", args={"layout": "nn", "out_dtype": "float32"})
+    assert dynamic_shared_bytes(deep, "float16") == 4 * (128 + 256) * 64 * 2 + 128 * 72 * 2 + 1024
     assert dynamic_shared_bytes(params, "float16") == 3 * (128 + 256) * 64 * 2 + 128 * 264 * 2 + 1024
-    assert dynamic_shared_bytes(params, "float16", "float32") == 3 * (128 + 256) * 64 * 2 + 128 * 264 * 4 + 1024
+    assert dynamic_shared_bytes(params, "float16", "float32") == 3 * (128 + 256) * 64 * 2 + 128 * 136 * 4 + 1024
     from autotune.core.device import DeviceInfo
     from autotune.core.problem import Problem
 

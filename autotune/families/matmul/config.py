@@ -6,7 +6,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...core.constraints import MAX_STATIC_SHARED_BYTES
+from ...core.constraints import MAX_SHARED_BYTES, MAX_STATIC_SHARED_BYTES
 from ...core.dtypes import HALF
 from . import gemv
 
@@ -15,6 +15,9 @@ PRECISIONS = ("ieee", "3xtf32", "tf32")
 MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile",
              "bf16": "bf16_tile"}
 WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
+STATIC_SHARED_BYTES = 128  # the TMA kernel's mbarriers (16 bytes a stage) and Stream-K's answer word, which the
+# driver counts against the same per-block limit as the dynamic bytes a launch asks for
+MIN_C_COLUMNS = 16  # the narrowest piece of C a persistent variant stages: two of the wgmma's 8-column blocks
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
 
@@ -54,7 +57,7 @@ def schedule(p: Mapping[str, Any]) -> str:
 
 def is_persistent(p: Mapping[str, Any]) -> bool:
     """A variant whose blocks, one per SM, walk the work (SCHEDULE persistent or stream_k): a grid of at most one
-    block per SM, C's tile beside the stages."""
+    block per SM, C's tile (or a part of its columns at a time, c_columns) beside the stages."""
     return schedule(p) != "tile"
 
 
@@ -93,14 +96,35 @@ def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int, out_itemsize: int) -
     alone, two buffers of a big and a small part at 3xtf32, three of one part at tf32, whichever is larger, as this
     does not know the precision) or, after them in the same memory, the BM x (BN + 8) tile of C (float32 at most);
     and up to 1024 bytes to the first boundary of the swizzle's atoms. A persistent variant keeps C's tile (of
-    ``out_itemsize`` elements) beside the stages, which the producer fills for the next tile meanwhile."""
-    if is_wgmma_tf32(p) and not reads_rounded_copies(p):
-        operands = 2 * 2 * p["BN"] * p["BK"] * itemsize
-    else:
-        operands = p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+    ``out_itemsize`` elements), or the c_columns of it that fit, at least MIN_C_COLUMNS, beside the stages, which the producer fills for the
+    next tile meanwhile."""
+    operands = wgmma_operand_bytes(p, itemsize)
     if is_persistent(p):
-        return operands + p["BM"] * (p["BN"] + 8) * out_itemsize + WGMMA_ALIGN
+        columns = c_columns(p, itemsize, out_itemsize) or MIN_C_COLUMNS  # none fits: the least it needs
+        return operands + p["BM"] * (columns + 8) * out_itemsize + WGMMA_ALIGN
     return max(operands, p["BM"] * (p["BN"] + 8) * 4) + WGMMA_ALIGN
+
+
+def wgmma_operand_bytes(p: Mapping[str, Any], itemsize: int) -> int:
+    """Bytes of a wgmma variant's operand tiles in shared memory (see wgmma_shared_bytes)."""
+    if is_wgmma_tf32(p) and not reads_rounded_copies(p):
+        return 2 * 2 * p["BN"] * p["BK"] * itemsize
+    return p["ASYNC_STAGES"] * (p["BM"] + p["BN"]) * p["BK"] * itemsize
+
+
+def c_columns(p: Mapping[str, Any], itemsize: int, out_itemsize: int) -> int:
+    """Columns of C's tile that a persistent variant stages at once beside its operand stages
+    (templates/_wgmma.j2 store_c): all BN where the BM x (BN + 8) tile fits the block's shared memory beside them,
+    else the widest half, quarter, ... that does, at least MIN_C_COLUMNS; 0 where none does. C then leaves a part of
+    its columns after another, so that the deepest pipeline of the widest tiles keeps its stages: 128 x 256 tiles
+    take 192 KB in 4 stages, which leaves no room for their 66 KB of C, and 4 stages ran about 1.25x as fast as 3."""
+    room = MAX_SHARED_BYTES - STATIC_SHARED_BYTES - WGMMA_ALIGN - wgmma_operand_bytes(p, itemsize)
+    columns = p["BN"]
+    while columns >= MIN_C_COLUMNS:
+        if p["BM"] * (columns + 8) * out_itemsize <= room:
+            return columns
+        columns //= 2
+    return 0
 
 
 def a_row_stride(p: Mapping[str, Any], itemsize: int) -> int:

@@ -41,6 +41,7 @@ from .config import (
     a_row_stride,
     a_tile_elements,
     accumulator_dtype,
+    c_columns,
     dims,
     dynamic_shared_bytes,
     is_persistent,
@@ -197,7 +198,9 @@ class MatmulFamily(KernelFamily):
             ctx.update(THREADS=threads, STAGES=params["ASYNC_STAGES"], OUT=storage(out),
                        OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
                        TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params),
-                       PERSISTENT=is_persistent(params), STREAM_K=schedule(params) == "stream_k")
+                       PERSISTENT=is_persistent(params), STREAM_K=schedule(params) == "stream_k",
+                       C_COLUMNS=(c_columns(params, numpy_dtype(dtype).itemsize, numpy_dtype(out).itemsize)
+                                  if is_persistent(params) else params["BN"]))
             # headers as before wgmma could split or persist: renders without either keep their bytes
             hidden = {"SPLIT_K"} if params.get("SPLIT_K", 1) == 1 else set()
             hidden |= {"SCHEDULE"} if params.get("SCHEDULE", "tile") == "tile" else set()
@@ -513,7 +516,7 @@ class MatmulFamily(KernelFamily):
         return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1},
                 {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 4, "SCHEDULE": "persistent", "GROUP_M": 1},
-                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "SCHEDULE": "persistent"},
+                {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "SCHEDULE": "persistent"},
                 {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "stream_k"},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "SCHEDULE": "stream_k", "GROUP_M": 1},
                 {**tma, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},

@@ -7,7 +7,10 @@ from ...core.constraints import MAX_SHARED_BYTES, Predicate
 from ...core.dtypes import HALF
 from . import gemv
 from .config import (
+    MIN_C_COLUMNS,
+    STATIC_SHARED_BYTES,
     accumulator_dtype,
+    c_columns,
     is_tma,
     is_wgmma,
     matmul_shared_bytes,
@@ -16,8 +19,6 @@ from .config import (
     split_add,
 )
 
-STATIC_SHARED_BYTES = 128  # the TMA kernel's mbarriers (16 bytes a stage) and Stream-K's answer word, which the
-# driver counts against the same per-block limit as the dynamic bytes a launch asks for
 
 
 def _tile_loads_even(p, ctx):
@@ -166,7 +167,8 @@ def _wgmma_split_fits(p, ctx):
 
 def _schedule_fits(p, ctx):
     """A block per SM (SCHEDULE persistent, stream_k) walks the work of one matrix, K unsplit by SPLIT_K (Stream-K
-    splits it its own way), C's tile beside the stages in shared memory, with the kernel's static shared arrays."""
+    splits it its own way), C's tile, or at least MIN_C_COLUMNS of its columns at a time, beside the stages in
+    shared memory, with the kernel's static shared arrays."""
     if p["SCHEDULE"] == "tile":
         return None
     if p["SPLIT_K"] != 1:
@@ -174,10 +176,11 @@ def _schedule_fits(p, ctx):
     if ctx.args.get("batch"):
         return f"SCHEDULE={p['SCHEDULE']} walks the tiles of one matrix: a batched problem takes SCHEDULE tile"
     out = np.dtype(ctx.args.get("out_dtype") or ctx.dtype).itemsize
-    need = matmul_shared_bytes(p, ctx.itemsize, out) + STATIC_SHARED_BYTES
-    if need > MAX_SHARED_BYTES:
-        return (f"SCHEDULE={p['SCHEDULE']} keeps C's {p['BM']} x {p['BN']} tile beside the {p['ASYNC_STAGES']} "
-                f"stages: {need} bytes of shared memory exceed {MAX_SHARED_BYTES}")
+    if not c_columns(p, ctx.itemsize, out):
+        need = matmul_shared_bytes(p, ctx.itemsize, out) + STATIC_SHARED_BYTES
+        return (f"SCHEDULE={p['SCHEDULE']} keeps {MIN_C_COLUMNS} or more of C's columns beside the "
+                f"{p['ASYNC_STAGES']} stages of {p['BM']} x {p['BN']} tiles: {need} bytes of shared memory exceed "
+                f"{MAX_SHARED_BYTES}")
     return None
 
 
