@@ -551,6 +551,64 @@ def test_a_rival_trial_asked_first_but_not_yet_described_is_waited_for(tmp_path)
         late.join()
 
 
+def sqlite_tuner(tmp_path, lines: list[str]) -> Tuner:
+    """A tuner on an SQLite study, as two processes share one with --storage; its report lines go to ``lines``."""
+    config = TuneConfig(trials=2, sampler="random", state_dir=tmp_path, storage=f"sqlite:///{tmp_path}/s.db",
+                        compile_workers=1, baseline=False)
+    return Tuner(Problem("reduce", (33,), "float32", {"op": "max"}), config, current_device(), report=lines.append)
+
+
+def test_a_trial_another_tuner_popped_and_told_first_is_dropped_not_fatal(tmp_path):
+    """SQLite has no row locks, so two tuners can both pop one queued trial: the one that tells it second drops its
+    outcome and says so (it crashed the run, or its GPU thread, before), and a trial finished elsewhere between the
+    pop and this process marking it as its own is passed over for the next one."""
+    from autotune.tuning.records import Outcome
+
+    lines = []
+    tuner = sqlite_tuner(tmp_path, lines)
+    tuner.prepare()
+    rival = optuna.load_study(study_name=tuner.name, storage=tuner.config.storage)
+    trial, config = tuner.ask()
+    rival.tell(trial.number, 1.0)
+    tuner.tell(trial, Outcome(ok=False, stage="run", reason="measured second"))
+    assert trial.number not in tuner._measured_here
+    assert lines and f"trial {trial.number} was told by another tuner of this study first" in lines[-1]
+    assert rival.trials[trial.number].value == 1.0 and "stage" not in rival.trials[trial.number].user_attrs
+    tuner._requeue_left(trial.number, trial.params)  # an interruption's re-queue passes over it too
+
+    ask = tuner.study.ask
+    taken = []
+
+    def popped_twice():
+        got = ask()
+        if not taken:  # the first pop: the rival finishes it before this tuner writes its owner
+            taken.append(got.number)
+            rival.tell(got.number, state=TrialState.FAIL)
+        return got
+
+    tuner.study.ask = popped_twice
+    trial, config = tuner.ask()
+    assert taken and trial.number != taken[0] and trial.user_attrs["owner"] == tuner.owner
+
+
+def test_a_gpu_thread_that_fails_ends_the_run_with_its_error(tmp_path, monkeypatch):
+    """An error escaping a GPU thread (a bug of ours, the storage failing) ends the run with that error at once:
+    the thread used to die alone, and the run waited for its measurements forever."""
+    import threading
+
+    def broken(self, worker, item):
+        raise OSError("the storage went away")
+
+    monkeypatch.setattr(Tuner, "_measure_and_tell", broken)
+    tuner = sqlite_tuner(tmp_path, [])
+    errors = []
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, tuner.run)))
+    thread.start()
+    thread.join(120)
+    assert not thread.is_alive(), "the run hung"
+    assert errors and "a GPU thread failed: OSError: the storage went away" in str(errors[0].value)
+
+
 def two_tuners_share_one_study(tmp_path, storage_args: list[str], storage) -> None:
     """Two tuners started together on one study: every trial ends, no configuration is measured twice, both
     measured. Both walk the same grid, so without the check for configurations another process took, they

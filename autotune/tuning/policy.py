@@ -141,25 +141,37 @@ class SearchPolicy:
                 elif rejected and rejected % 3 == 0 and not self._enqueue_random_unseen():
                     return None
                 trial = self.study.ask()
-                trial.set_user_attr("owner", self.owner)
-                config = suggest(trial, self.space, self.problem.args)
-                trial.set_user_attr("config", config)
-                problem = self.prune_reason(config)
-                if problem:
-                    trial.set_user_attr("reason", problem)
-                    self.study.tell(trial, state=TrialState.PRUNED)
+                try:
+                    config = self._claim(trial)
+                except optuna.exceptions.UpdateFinishedTrialError:  # another tuner popped it too, and told it
                     rejected += 1
                     continue
-                earlier = self._seen.get(config_key(config))
-                if earlier is None:  # another tuner on the same study (any storage) may have taken it
-                    earlier = self._seen_elsewhere(config, trial.number)
-                if earlier is not None:
-                    self._repeat(trial, earlier)
+                if config is None:
                     rejected += 1
                     continue
                 self._seen[config_key(config)] = trial.number
                 return trial, config
         return None
+
+    def _claim(self, trial: optuna.Trial) -> dict[str, Any] | None:
+        """The configuration of a trial just asked, marked as this process's; None where it was told here at once
+        (invalid, or a repeat). Raises optuna's UpdateFinishedTrialError where another tuner on the same study
+        finished it meanwhile: SQLite has no row locks, so two processes can both pop one queued trial."""
+        trial.set_user_attr("owner", self.owner)
+        config = suggest(trial, self.space, self.problem.args)
+        trial.set_user_attr("config", config)
+        problem = self.prune_reason(config)
+        if problem:
+            trial.set_user_attr("reason", problem)
+            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+            return None
+        earlier = self._seen.get(config_key(config))
+        if earlier is None:  # another tuner on the same study (any storage) may have taken it
+            earlier = self._seen_elsewhere(config, trial.number)
+        if earlier is not None:
+            self._repeat(trial, earlier)
+            return None
+        return config
 
     def _refinement_due(self) -> bool:
         """Two of every three trials after the start-up ones, once the queue (starts, re-queued trials) is
@@ -242,12 +254,12 @@ class SearchPolicy:
         trial.set_user_attr("duplicate_of", earlier)
         if before.state == TrialState.RUNNING:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, still running elsewhere")
-            self.study.tell(trial, state=TrialState.PRUNED)
+            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
         elif before.state == TrialState.COMPLETE:
-            self.study.tell(trial, before.value)
+            self.study.tell(trial, before.value, skip_if_finished=True)
         else:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
-            self.study.tell(trial, state=TrialState.FAIL)
+            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
 
     def _enqueue_starts(self) -> None:
         """The database's current winner first, then its nearby shapes' winners and the search space's starting
@@ -327,28 +339,34 @@ class SearchPolicy:
         return any(t.state == TrialState.COMPLETE and config_key(t.user_attrs.get("config", {})) == key
                    for t in self.study.get_trials(deepcopy=False))
 
-    def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
-        """Record the outcome on the trial and tell the study: COMPLETE with the median, PRUNED, or FAIL.
+    def tell(self, trial: optuna.Trial, outcome: Outcome) -> bool:
+        """Record the outcome on the trial and tell the study: COMPLETE with the median, PRUNED, or FAIL; False
+        where another tuner on the same study told the trial first (both popped it from the queue, which SQLite
+        cannot lock), and this outcome is dropped.
 
         The stage is written last, so that a trial holding one holds its whole record: a run killed between the
         writes leaves a RUNNING trial that ``finish_recorded`` completes, or one without a stage that is measured
         again, never a half record counted as a failure."""
         attrs = outcome.attrs()
         stage = attrs.pop("stage")
-        for key, value in attrs.items():
-            trial.set_user_attr(key, value)
-        trial.set_user_attr("stage", stage)
-        self.finish_recorded(trial.number, {**attrs, "stage": stage})
+        try:
+            for key, value in attrs.items():
+                trial.set_user_attr(key, value)
+            trial.set_user_attr("stage", stage)
+            self.finish_recorded(trial.number, {**attrs, "stage": stage})
+        except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return True
 
     def finish_recorded(self, number: int, attrs: dict[str, Any]) -> None:
         """Tell the study how a trial whose outcome is recorded in ``attrs`` ended: COMPLETE with the median,
-        PRUNED, or FAIL."""
+        PRUNED, or FAIL (nothing where another tuner of the study finished it already)."""
         if attrs["stage"] == "measured":
-            self.study.tell(number, attrs["timing"]["median_ms"])
+            self.study.tell(number, attrs["timing"]["median_ms"], skip_if_finished=True)
         elif attrs["stage"] == "pruned":
-            self.study.tell(number, state=TrialState.PRUNED)
+            self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
         else:
-            self.study.tell(number, state=TrialState.FAIL)
+            self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
 
 
 def _set_aside_in(study: optuna.Study) -> dict[int, str]:

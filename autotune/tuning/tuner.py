@@ -84,6 +84,7 @@ class Tuner:
         self._lock = self.policy.lock  # the policy's state and the trials in flight change together under it
         self._flight: dict[int, tuple[optuna.Trial, dict[str, Any]]] = {}  # asked, not yet told: trial, config
         self._stopping = threading.Event()
+        self._thread_error: BaseException | None = None  # what a GPU thread died of, raised by the feeding thread
         self._baseline: dict[str, Any] | None = None  # the seed kernel's measurement, by a GPU thread
         self._measured_here: set[int] = set()  # trials this run measured (with the code the study is tied to)
         self._reasons: dict[str, int] = {}  # each failure reason reported in full once: the first trial with it
@@ -119,7 +120,7 @@ class Tuner:
     def _requeue_left(self, number: int, params: dict[str, Any]) -> None:
         """Fail an unmeasured trial without a stage (so it counts neither as measured nor as a failure) and queue
         its parameters again, where it had any."""
-        self.study.tell(number, state=TrialState.FAIL)
+        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)  # another tuner may have told it
         if params:
             self.study.enqueue_trial(params, skip_if_exists=False)
 
@@ -184,6 +185,7 @@ class Tuner:
     def _feed(self, compiles: CompileQueue, deadline: float | None) -> None:
         asks = 0
         while True:
+            self._raise_thread_error()
             if deadline and time.monotonic() > deadline:
                 self.report("time limit reached; measuring what is compiled, queueing the rest for later")
                 self._requeue_waiting(compiles)
@@ -215,10 +217,17 @@ class Tuner:
     def _wait_for_flight(self) -> None:
         """Until the GPU threads have told (or queued again) every trial in flight."""
         while True:
+            self._raise_thread_error()
             with self._lock:
                 if not self._flight:
                     return
             time.sleep(0.05)
+
+    def _raise_thread_error(self) -> None:
+        """End the run with the error a GPU thread died of, if one did."""
+        if self._thread_error is not None:
+            raise RuntimeError(f"a GPU thread failed: {type(self._thread_error).__name__}: "
+                               f"{self._thread_error}") from self._thread_error
 
     def _requeue_waiting(self, compiles: CompileQueue) -> None:
         """Trials compiled or compiling but not yet measured: failed without a stage (so they count neither as
@@ -258,17 +267,23 @@ class Tuner:
             self._flight.clear()
 
     def _gpu_loop(self, worker: Worker, compiles: CompileQueue) -> None:
-        while True:
-            item = compiles.get()
-            if item is None:
-                return
-            try:
-                if isinstance(item.payload, Seed):
-                    self._baseline = self._measure_seed(worker, item)
-                else:
-                    self._measure_and_tell(worker, item)
-            finally:
-                compiles.release()
+        """Measure what the compile queue hands over until it ends. An error that escapes (a bug of ours, or the
+        storage failing) is kept for the feeding thread, which ends the run with it: a GPU thread that died
+        silently would leave the run waiting for measurements forever."""
+        try:
+            while True:
+                item = compiles.get()
+                if item is None:
+                    return
+                try:
+                    if isinstance(item.payload, Seed):
+                        self._baseline = self._measure_seed(worker, item)
+                    else:
+                        self._measure_and_tell(worker, item)
+                finally:
+                    compiles.release()
+        except BaseException as exc:
+            self._thread_error = exc
 
     def _measure_and_tell(self, worker: Worker, item: Compiling) -> None:
         trial, config, the_job = item.payload
@@ -314,7 +329,10 @@ class Tuner:
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
         """Tell the policy (and so the study) the outcome, and print the run's progress."""
-        self.policy.tell(trial, outcome)
+        if not self.policy.tell(trial, outcome):
+            self.report(f"trial {trial.number} was told by another tuner of this study first (both took it from "
+                        f"the queue, which SQLite cannot lock); this run's outcome of it is dropped")
+            return
         self._measured_here.add(trial.number)
         self._progress(trial.number, outcome)
 
