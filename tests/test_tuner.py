@@ -560,8 +560,9 @@ def sqlite_tuner(tmp_path, lines: list[str]) -> Tuner:
 
 def test_a_trial_another_tuner_popped_and_told_first_is_dropped_not_fatal(tmp_path):
     """SQLite has no row locks, so two tuners can both pop one queued trial: the one that tells it second drops its
-    outcome and says so (it crashed the run, or its GPU thread, before), and a trial finished elsewhere between the
-    pop and this process marking it as its own is passed over for the next one."""
+    outcome and says so (it crashed the run, or its GPU thread, before), whether the other told it before this one's
+    writes to it or between them and its tell; a re-queue leaves it alone; and a trial finished elsewhere between
+    the pop and this process marking it as its own is passed over for the next one."""
     from autotune.tuning.records import Outcome
 
     lines = []
@@ -574,7 +575,23 @@ def test_a_trial_another_tuner_popped_and_told_first_is_dropped_not_fatal(tmp_pa
     assert trial.number not in tuner._measured_here
     assert lines and f"trial {trial.number} was told by another tuner of this study first" in lines[-1]
     assert rival.trials[trial.number].value == 1.0 and "stage" not in rival.trials[trial.number].user_attrs
+    waiting = len(rival.get_trials(states=(TrialState.WAITING,)))
     tuner._requeue_left(trial.number, trial.params)  # an interruption's re-queue passes over it too
+    assert len(rival.get_trials(states=(TrialState.WAITING,))) == waiting
+
+    # the rival tells it between this tuner's last write to it and its tell
+    trial, config = tuner.ask()
+    write = trial.set_user_attr
+
+    def then_the_rival_tells(key, value):
+        write(key, value)
+        if key == "stage":
+            rival.tell(trial.number, 2.0)
+
+    trial.set_user_attr = then_the_rival_tells
+    tuner.tell(trial, Outcome(ok=False, stage="run", reason="measured second"))
+    assert trial.number not in tuner._measured_here and rival.trials[trial.number].value == 2.0
+    assert f"trial {trial.number} was told by another tuner of this study first" in lines[-1]
 
     ask = tuner.study.ask
     taken = []
@@ -602,7 +619,7 @@ def test_a_gpu_thread_that_fails_ends_the_run_with_its_error(tmp_path, monkeypat
     monkeypatch.setattr(Tuner, "_measure_and_tell", broken)
     tuner = sqlite_tuner(tmp_path, [])
     errors = []
-    thread = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, tuner.run)))
+    thread = threading.Thread(target=lambda: errors.append(pytest.raises(RuntimeError, tuner.run)), daemon=True)
     thread.start()
     thread.join(120)
     assert not thread.is_alive(), "the run hung"

@@ -163,7 +163,7 @@ class SearchPolicy:
         problem = self.prune_reason(config)
         if problem:
             trial.set_user_attr("reason", problem)
-            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+            self.tell_own(trial.number, state=TrialState.PRUNED)
             return None
         earlier = self._seen.get(config_key(config))
         if earlier is None:  # another tuner on the same study (any storage) may have taken it
@@ -254,12 +254,12 @@ class SearchPolicy:
         trial.set_user_attr("duplicate_of", earlier)
         if before.state == TrialState.RUNNING:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, still running elsewhere")
-            self.study.tell(trial, state=TrialState.PRUNED, skip_if_finished=True)
+            self.tell_own(trial.number, state=TrialState.PRUNED)
         elif before.state == TrialState.COMPLETE:
-            self.study.tell(trial, before.value, skip_if_finished=True)
+            self.tell_own(trial.number, before.value)
         else:
             trial.set_user_attr("reason", f"same configuration as trial {earlier}, which failed")
-            self.study.tell(trial, state=TrialState.FAIL, skip_if_finished=True)
+            self.tell_own(trial.number, state=TrialState.FAIL)
 
     def _enqueue_starts(self) -> None:
         """The database's current winner first, then its nearby shapes' winners and the search space's starting
@@ -341,8 +341,8 @@ class SearchPolicy:
 
     def tell(self, trial: optuna.Trial, outcome: Outcome) -> bool:
         """Record the outcome on the trial and tell the study: COMPLETE with the median, PRUNED, or FAIL; False
-        where another tuner on the same study told the trial first (both popped it from the queue, which SQLite
-        cannot lock), and this outcome is dropped.
+        where another tuner on the same study finished the trial first (both popped it from the queue, which
+        SQLite cannot lock), and this outcome is dropped.
 
         The stage is written last, so that a trial holding one holds its whole record: a run killed between the
         writes leaves a RUNNING trial that ``finish_recorded`` completes, or one without a stage that is measured
@@ -353,20 +353,33 @@ class SearchPolicy:
             for key, value in attrs.items():
                 trial.set_user_attr(key, value)
             trial.set_user_attr("stage", stage)
-            self.finish_recorded(trial.number, {**attrs, "stage": stage})
         except optuna.exceptions.UpdateFinishedTrialError:
+            return False
+        return self.finish_recorded(trial.number, {**attrs, "stage": stage})
+
+    def finish_recorded(self, number: int, attrs: dict[str, Any]) -> bool:
+        """Tell the study how a trial whose outcome is recorded in ``attrs`` ended: COMPLETE with the median,
+        PRUNED, or FAIL (``tell_own``)."""
+        if attrs["stage"] == "measured":
+            return self.tell_own(number, attrs["timing"]["median_ms"])
+        if attrs["stage"] == "pruned":
+            return self.tell_own(number, state=TrialState.PRUNED)
+        return self.tell_own(number, state=TrialState.FAIL)
+
+    def tell_own(self, number: int, value: float | None = None, state: TrialState | None = None) -> bool:
+        """Tell the study how trial ``number`` ended; False, and nothing told, where another tuner on the same
+        study finished it first. Both may hold it: SQLite has no row locks, so two processes can pop one queued
+        trial, and optuna's check that a trial is still running and its write are two steps."""
+        try:
+            self.study.tell(number, value, state=state)
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            if not self._finished(number):
+                raise
             return False
         return True
 
-    def finish_recorded(self, number: int, attrs: dict[str, Any]) -> None:
-        """Tell the study how a trial whose outcome is recorded in ``attrs`` ended: COMPLETE with the median,
-        PRUNED, or FAIL (nothing where another tuner of the study finished it already)."""
-        if attrs["stage"] == "measured":
-            self.study.tell(number, attrs["timing"]["median_ms"], skip_if_finished=True)
-        elif attrs["stage"] == "pruned":
-            self.study.tell(number, state=TrialState.PRUNED, skip_if_finished=True)
-        else:
-            self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)
+    def _finished(self, number: int) -> bool:
+        return self.study.get_trials(deepcopy=False)[number].state.is_finished()
 
 
 def _set_aside_in(study: optuna.Study) -> dict[int, str]:

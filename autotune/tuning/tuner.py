@@ -120,8 +120,7 @@ class Tuner:
     def _requeue_left(self, number: int, params: dict[str, Any]) -> None:
         """Fail an unmeasured trial without a stage (so it counts neither as measured nor as a failure) and queue
         its parameters again, where it had any."""
-        self.study.tell(number, state=TrialState.FAIL, skip_if_finished=True)  # another tuner may have told it
-        if params:
+        if self.policy.tell_own(number, state=TrialState.FAIL) and params:  # not where another tuner told it
             self.study.enqueue_trial(params, skip_if_exists=False)
 
     # -- the policy's view ------------------------------------------------------------------------------
@@ -158,6 +157,7 @@ class Tuner:
         try:
             self._feed(compiles, deadline)
             self._end_gpu_threads(compiles, threads)
+            self._raise_thread_error()  # one that failed after the last trial in flight was told
             best = self._confirmed_best(workers[0])
         except BaseException:
             self._stop_now(pool, workers, compiles)
@@ -298,7 +298,8 @@ class Tuner:
                 self._requeue(trial, config)
                 return
             try:
-                self.tell(trial, replace(outcome, gpu=worker.device))
+                if not self.tell(trial, replace(outcome, gpu=worker.device)):
+                    self.policy.forget(config)  # measured elsewhere or queued again there: it may come back
             finally:
                 self._flight.pop(trial.number, None)
 
@@ -327,14 +328,16 @@ class Tuner:
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
 
-    def tell(self, trial: optuna.Trial, outcome: Outcome) -> None:
-        """Tell the policy (and so the study) the outcome, and print the run's progress."""
+    def tell(self, trial: optuna.Trial, outcome: Outcome) -> bool:
+        """Tell the policy (and so the study) the outcome, and print the run's progress; False where another
+        tuner of the study told the trial first, and this outcome is dropped."""
         if not self.policy.tell(trial, outcome):
             self.report(f"trial {trial.number} was told by another tuner of this study first (both took it from "
                         f"the queue, which SQLite cannot lock); this run's outcome of it is dropped")
-            return
+            return False
         self._measured_here.add(trial.number)
         self._progress(trial.number, outcome)
+        return True
 
     def _progress(self, number: int, outcome: Outcome) -> None:
         measured, failed, _ = self.policy.counts()

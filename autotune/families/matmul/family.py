@@ -35,6 +35,7 @@ from . import gemv
 from .config import (
     EXACT_LIMIT,
     LAYOUTS,
+    MIN_C_COLUMNS,
     MMA_TILES,
     PRECISIONS,
     WGMMA_ALIGN,
@@ -200,7 +201,7 @@ class MatmulFamily(KernelFamily):
                        TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params),
                        PERSISTENT=is_persistent(params), STREAM_K=schedule(params) == "stream_k",
                        C_COLUMNS=(c_columns(params, numpy_dtype(dtype).itemsize, numpy_dtype(out).itemsize)
-                                  if is_persistent(params) else params["BN"]))
+                                  or MIN_C_COLUMNS if is_persistent(params) else params["BN"]))
             # headers as before wgmma could split or persist: renders without either keep their bytes
             hidden = {"SPLIT_K"} if params.get("SPLIT_K", 1) == 1 else set()
             hidden |= {"SCHEDULE"} if params.get("SCHEDULE", "tile") == "tile" else set()
