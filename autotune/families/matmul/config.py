@@ -96,8 +96,8 @@ def wgmma_shared_bytes(p: Mapping[str, Any], itemsize: int, out_itemsize: int) -
     alone, two buffers of a big and a small part at 3xtf32, three of one part at tf32, whichever is larger, as this
     does not know the precision) or, after them in the same memory, the BM x (BN + 8) tile of C (float32 at most);
     and up to 1024 bytes to the first boundary of the swizzle's atoms. A persistent variant keeps C's tile (of
-    ``out_itemsize`` elements), or the c_columns of it that fit, at least MIN_C_COLUMNS, beside the stages, which the producer fills for the
-    next tile meanwhile."""
+    ``out_itemsize`` elements), or the c_columns of it that fit (at least MIN_C_COLUMNS), beside the stages, which
+    the producer fills for the next tile meanwhile."""
     operands = wgmma_operand_bytes(p, itemsize)
     if is_persistent(p):
         columns = c_columns(p, itemsize, out_itemsize) or MIN_C_COLUMNS  # none fits: the least it needs
