@@ -134,6 +134,7 @@ class MatmulKernel(Planned, Kernel):
         key = (M, N, K, count, stream_key(stream))
         if key not in self._launches:
             p = self.params
+            tiles = 0  # C's tiles, where the variant is tiled
             if gemv.is_gemv(p):
                 grid, block, k_chunk = gemv.launch_shape(p, self.args, M, N, K)
             elif p["strategy"] == "naive":
@@ -143,9 +144,9 @@ class MatmulKernel(Planned, Kernel):
             else:
                 per_split = -(-K // p.get("SPLIT_K", 1))
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
-                blocks = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                blocks = tiles = (-(-M // p["BM"])) * (-(-N // p["BN"]))
                 if is_persistent(p):  # a block per SM walks the tiles (Stream-K: their K steps)
-                    work = blocks * -(-K // p["BK"]) if schedule(p) == "stream_k" else blocks
+                    work = tiles * -(-K // p["BK"]) if schedule(p) == "stream_k" else tiles
                     if work >= 2**32:
                         raise ValueError(f"this variant ({schedule(p)}) counts the {work} K steps of all tiles in 32 "
                                          f"bits, and this product has 2**32 or more: use SCHEDULE tile")
@@ -155,7 +156,7 @@ class MatmulKernel(Planned, Kernel):
                 grid = (*grid, count)
             shared = dynamic_shared_bytes(p, self.dtype, self.out_dtype)
             self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
-                                   self._scratch(grid, M * N * max(count, 1), M, N))
+                                   self._scratch(grid, M * N * max(count, 1), tiles))
         return self._launches[key]
 
     def _sm_count(self) -> int:
@@ -164,10 +165,10 @@ class MatmulKernel(Planned, Kernel):
 
         return current_device().sm_count
 
-    def _scratch(self, grid, outputs: int, M: int, N: int) -> tuple:
+    def _scratch(self, grid, outputs: int, tiles: int) -> tuple:
         """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block (every matrix's, for a
-        batched launch) or of Stream-K (two partial tiles per block of the grid, a counter per tile of the M x N
-        product), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
+        batched launch) or of Stream-K (two partial tiles per block of the grid, a counter per tile of C's
+        ``tiles``), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
         workspace of a gemv variant whose K slices meet there (``outputs`` elements, C's); for other variants,
         one-element stand-ins made once per kernel."""
         from numba import cuda
@@ -176,11 +177,10 @@ class MatmulKernel(Planned, Kernel):
         if gemv.is_gemv(p) and gemv.workspace(p, self.out_dtype):
             return cuda.device_array(outputs, dtype=np.float32), None
         if schedule(p) == "stream_k":  # two partial tiles per block at most: its first and its last share
-            tiles = -(-M // p["BM"]) * -(-N // p["BN"])
             return (cuda.device_array(2 * grid[0] * p["BM"] * p["BN"], dtype=np.float32),
                     cuda.to_device(np.zeros(tiles, dtype=np.int32)))
         if split_add(p) == "last_block":
-            tiles, slices, *count = grid
+            _, slices, *count = grid  # grid row x: the tiles, as split variants are not persistent
             matrices = count[0] if count else 1
             partials = tiles * slices * p["BM"] * p["BN"] * matrices
             return (cuda.device_array(partials, dtype=accumulator_dtype(self.dtype)),
