@@ -2,9 +2,11 @@
 float32 at precision tf32 or 3xtf32 (templates/matmul_wgmma_tf32.py.j2; at tf32 also on TF32-rounded copies,
 ASYNC_STAGES 3 or 4, templates/matmul_wgmma.py.j2); `tma` and `tma-tf32`: float16 and tf32 variants fed by the
 TMA (TMA 1); `schedules`: float16 TMA variants with a block per tile, persistent and Stream-K (SCHEDULE), timed
-at the shapes of issue 55 (1024^3, 4096 x 4096 x 256, 8192 x 128 x 8192, 1000^3, 4096^3, 8192^3).
+at the shapes of issue 55 (1024^3, 4096 x 4096 x 256, 8192 x 128 x 8192, 1000^3, 4096^3, 8192^3); `stages`: float16
+TMA variants with the deeper pipelines (ASYNC_STAGES 6 and 8, each schedule) beside 4 stages, timed at the first
+four of those shapes (the small ones, where cuBLAS keeps 8 stages of 128 x 64 tiles).
 
-    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tma|tf32|tma-tf32|3xtf32|schedules]
+    python lab/wgmma_check.py [RESULTS_DIR] [--precision float16|bfloat16|tma|tf32|tma-tf32|3xtf32|schedules|stages]
                               [--quick]
 
 Checks: every layout (and the 16-bit dtypes' result dtypes), tiles of one, two and four warpgroups (float16: 3 and 4
@@ -59,6 +61,10 @@ CHECKED = {"float16": [({**WGMMA, "BM": 64, "BN": 64, "ASYNC_STAGES": 3}, ["nn",
                           ["nn", "tn", "nt", "tt"]) for s in ("persistent", "stream_k")]
            + [({**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}, ["nn", "tt"])
               for stages in (3, 4) for s in ("persistent", "stream_k")],
+           "stages": [({**WGMMA, "BM": 64, "BN": 128, "ASYNC_STAGES": 8, "TMA": 1}, ["nn", "tn", "nt", "tt"]),
+                      ({**WGMMA, "BM": 128, "BN": 64, "ASYNC_STAGES": 8, "TMA": 1, "GROUP_M": 1}, ["nn", "tt"])]
+           + [({**WGMMA, "BM": bm, "BN": bn, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}, ["nn", "tt"])
+              for bm, bn, stages in ((64, 128, 8), (128, 128, 6)) for s in ("persistent", "stream_k")],
            "3xtf32": [({**TF32, "BM": 64, "BN": 64}, ["nn", "tn", "nt", "tt"]),
                       ({**TF32, "BM": 128, "BN": 128}, ["nn", "tt"]),
                       ({**TF32, "BM": 256, "BN": 64, "GROUP_M": 1}, ["tn", "nt"])]}
@@ -86,6 +92,10 @@ TIMED = {"float16": [{**WGMMA, "BM": 128, "BN": 256, "ASYNC_STAGES": 4},
          "schedules": [{**WGMMA, "BM": bm, "BN": bn, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}
                        for bm, bn, stages in ((128, 256, 4), (128, 256, 3), (128, 128, 4))
                        for s in ("tile", "persistent", "stream_k")],
+         "stages": [{**WGMMA, "BM": bm, "BN": bn, "ASYNC_STAGES": stages, "TMA": 1, "SCHEDULE": s}
+                    for bm, bn, deep in ((64, 128, (4, 6, 8)), (128, 64, (4, 6, 8)), (64, 64, (4, 8)),
+                                         (128, 128, (4, 6)))
+                    for stages in deep for s in ("tile", "persistent")],
          "3xtf32": [{**TF32, "BM": 128, "BN": 128}, {**TF32, "BM": 128, "BN": 64}, {**TF32, "BM": 64, "BN": 128},
                     {**TF32, "BM": 64, "BN": 64}]}
 SCHEDULE_SHAPES = [(1024, 1024, 1024), (4096, 4096, 256), (8192, 128, 8192), (1000, 1000, 1000), (4096, 4096, 4096),
@@ -95,7 +105,7 @@ SCHEDULE_SHAPES = [(1024, 1024, 1024), (4096, 4096, 256), (8192, 128, 8192), (10
 def family_of(precision: str, layout: str, out_dtype=None) -> tuple[str, dict]:
     """The dtype and family arguments of a precision: float16's or bfloat16's (tma: float16's), or float32's at a
     TF32 precision (tma-tf32: tf32's)."""
-    if precision in ("tma", "schedules"):
+    if precision in ("tma", "schedules", "stages"):
         return "float16", {"layout": layout, "out_dtype": out_dtype}
     if precision == "tma-tf32":
         return "float32", {"layout": layout, "precision": "tf32"}
@@ -108,7 +118,7 @@ def check_all(rng, precision: str, quick: bool) -> list[dict]:
     found = []
     for params, layouts in CHECKED[precision][:1] if quick else CHECKED[precision]:
         for layout in layouts:
-            for out_dtype in (None, "float32") if precision in (*HALF, "tma", "schedules") else (None,):
+            for out_dtype in (None, "float32") if precision in (*HALF, "tma", "schedules", "stages") else (None,):
                 start = time.time()
                 dtype, family = family_of(precision, layout, out_dtype)
                 if load_space("matmul").checked_or_none(params, dtype=dtype, args=family) is None:
@@ -208,8 +218,8 @@ def main() -> None:
     args = parser.parse_args()
     os.makedirs(args.results, exist_ok=True)
     checks = check_all(np.random.default_rng(0), args.precision, args.quick)
-    if args.precision == "schedules":
-        shapes = SCHEDULE_SHAPES[:2] if args.quick else SCHEDULE_SHAPES
+    if args.precision in ("schedules", "stages"):
+        shapes = SCHEDULE_SHAPES[:2] if args.quick else SCHEDULE_SHAPES[:4 if args.precision == "stages" else None]
     else:
         shapes = [(n, n, n) for n in ([4096] if args.quick else [4096, 8192])]
     timed = time_all(shapes, args.precision)

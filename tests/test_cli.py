@@ -318,7 +318,7 @@ def test_selftest_checks_the_tma_variants_where_they_apply(monkeypatch):
         applies = dtype in ("float16", "bfloat16")
         assert (len(tma) >= 2) if applies else not tma, (dtype, args, tma)
         persistent = [v for v in tma if v.get("SCHEDULE", "tile") != "tile"]
-        assert len(persistent) == (4 if applies and not args.get("batch") else 0), (dtype, args, persistent)
+        assert len(persistent) == (5 if applies and not args.get("batch") else 0), (dtype, args, persistent)
     assert any(args.get("batch") and dtype == "bfloat16" for _, dtype, args, *_ in plan)
 
 

@@ -268,6 +268,21 @@ def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
         assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, (name, log)
 
 
+def test_the_tmas_deeper_pipeline_keeps_a_full_and_an_empty_mbarrier_per_stage():
+    """A TMA variant of 8 stages (64 x 128 float16, 24 KB a stage) sets up a full and an empty mbarrier for each
+    stage (16 inits, 128 static bytes), keeps one copy per box and four asynchronous wgmma per K step, and ptxas
+    spills nothing within the 255 registers 256 threads leave."""
+    from autotune.runtime.compiler import link
+
+    text = ptx_sample("wgmma_tma_deep")["wgmma_tma_deep"]
+    assert text.count("mbarrier.init.shared") == 16, text.count("mbarrier.init.shared")
+    assert re.search(r"\.shared \.align 8 \.b8 \S+\[128\];", text)
+    assert text.count("cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes") == 3
+    assert re.findall(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k16", text) == ["128"] * 4
+    _, log = link(text, (9, 0))
+    assert "serialized" not in log and " 0 bytes spill stores" in log, log
+
+
 def test_a_block_per_sm_keeps_the_tma_pipeline_and_stores_c_at_a_named_barrier_of_the_consumers():
     """A persistent or Stream-K TMA variant keeps the TMA variant's pipeline (2-d copies announced to mbarriers, four
     asynchronous wgmma per K step) inside its walk; its consumers synchronize for C's tile at barrier 1 with their

@@ -414,6 +414,8 @@ WGMMA_CASES = [({**WGMMA, "ASYNC_STAGES": 3}, "float16", {"layout": "nn"}, [EDGE
                 [EDGES]),
                ({**WGMMA, "BN": 128, "ASYNC_STAGES": 3, "TMA": 1, "GROUP_M": 1}, "float16", {"layout": "tn"}, [EDGES]),
                ({**WGMMA, "ASYNC_STAGES": 4, "TMA": 1}, "float16", {"layout": "nt", "out_dtype": "float32"}, [ALIGNED]),
+               # the TMA's deeper pipelines: K 1100 is 18 steps, around the 8 stages' ring twice and a quarter
+               ({**WGMMA, "ASYNC_STAGES": 8, "TMA": 1}, "float16", {"layout": "nn"}, [(70, 60, 1100), (1, 1, 1)]),
                # K split over blocks, the partial tiles summed by each tile's last block (SPLIT_ADD last_block):
                # K 330 in slices of 192 and 138 (SPLIT_K 2) or 128, 128 and 74 (SPLIT_K 4), K 1 in one slice, K 200 in
                # 128 and 72; cp.async and TMA (a producer warpgroup first), one and two consumer warpgroups
@@ -452,6 +454,17 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
             space.validate({**params, **bad}, dtype="float16", args={"layout": "nn"})
     # the TMA's consumers hold the accumulators and little else: 128 x 256 fits the 170 registers of 384 threads
     assert space.validate({**params, "BM": 128, "BN": 256, "TMA": 1}, dtype="bfloat16", args={"layout": "tt"})
+    # the TMA's deeper pipelines, where their stages fit the shared memory (128 x 128 in 8: 256 KB)
+    for deep in ({"BN": 128, "ASYNC_STAGES": 8}, {"BM": 128, "BN": 128, "ASYNC_STAGES": 6}):
+        assert space.validate({**params, **deep, "TMA": 1}, dtype="float16", args={"layout": "nn"})["ASYNC_STAGES"] > 4
+    with pytest.raises(ValueError, match="shared memory 263168 bytes"):
+        space.validate({**params, "BM": 128, "BN": 128, "ASYNC_STAGES": 8, "TMA": 1}, dtype="float16",
+                       args={"layout": "nn"})
+    with pytest.raises(ValueError, match=r"3 or 4 \(6 and 8 with TMA=1\), not 8"):
+        space.validate({**params, "ASYNC_STAGES": 8}, dtype="float16", args={"layout": "nn"})
+    with pytest.raises(ValueError, match="ASYNC_STAGES=6 is a depth of the TMA-fed wgmma kernel"):
+        space.validate({"BM": 64, "BN": 64, "BK": 32, "MMA": 16, "TM": 4, "TN": 4, "UNROLL_K": 16,
+                        "ASYNC_STAGES": 6}, dtype="float16", args={"layout": "nn"})
     with pytest.raises(ValueError, match="ASYNC_STAGES must be 0 and TMA 0"):
         space.validate({**WGMMA_TF32, "ASYNC_STAGES": 4, "TMA": 1}, dtype="float32",
                        args={"layout": "nn", "precision": "3xtf32"})
@@ -485,7 +498,10 @@ WGMMA_TF32_CASES = [(WGMMA_TF32, "float32", {"layout": "nn", "precision": "3xtf3
                     ({**WGMMA_TF32, "ASYNC_STAGES": 3, "TMA": 1}, "float32", {"layout": "tn", "precision": "tf32"},
                      [EDGES_TF32, (1, 1, 1)]),
                     ({**WGMMA_TF32, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "TMA": 1}, "float32",
-                     {"layout": "nt", "precision": "tf32"}, [EDGES_TF32])]
+                     {"layout": "nt", "precision": "tf32"}, [EDGES_TF32]),
+                    # 6 stages: K 300 is 10 steps of 32
+                    ({**WGMMA_TF32, "ASYNC_STAGES": 6, "TMA": 1}, "float32", {"layout": "tt", "precision": "tf32"},
+                     [(70, 60, 300)])]
 
 
 @pytest.mark.parametrize("params,dtype,family,shapes", WGMMA_CASES + WGMMA_TF32_CASES)
@@ -518,7 +534,13 @@ SCHEDULE_CASES = [({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persisten
                   ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "SCHEDULE": "stream_k", "GROUP_M": 1},
                    "bfloat16", {"layout": "tn", "out_dtype": "float32"}, [((100, 150, 150), 9)]),
                   ({**WGMMA_TF32, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float32",
-                   {"layout": "tn", "precision": "tf32"}, [((150, 60, 170), 18)])]
+                   {"layout": "tn", "precision": "tf32"}, [((150, 60, 170), 18)]),
+                  # the deeper pipelines: a block's steps (6 a tile) go around the ring of 8 or 6 stages across
+                  # tiles, each stage's phase carried from one tile to the next
+                  ({**WGMMA, "ASYNC_STAGES": 8, "TMA": 1, "SCHEDULE": "persistent"}, "float16", {"layout": "nn"},
+                   [((130, 130, 330), 9)]),
+                  ({**WGMMA, "ASYNC_STAGES": 6, "TMA": 1, "SCHEDULE": "stream_k"}, "bfloat16", {"layout": "tn"},
+                   [((150, 60, 330), 18)])]
 
 
 @pytest.mark.parametrize("params,dtype,family,shapes", SCHEDULE_CASES)

@@ -15,8 +15,7 @@ PRECISIONS = ("ieee", "3xtf32", "tf32")
 MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile",
              "bf16": "bf16_tile"}
 WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
-STATIC_SHARED_BYTES = 128  # the TMA kernel's mbarriers (16 bytes a stage) and Stream-K's answer word, which the
-# driver counts against the same per-block limit as the dynamic bytes a launch asks for
+TMA_STAGES = (3, 4, 6, 8)  # the TMA-fed wgmma kernel's pipeline depths (the cp.async kernels': up to 4)
 MIN_C_COLUMNS = 16  # the narrowest piece of C a persistent variant stages: two of the wgmma's 8-column blocks
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger
@@ -118,7 +117,7 @@ def c_columns(p: Mapping[str, Any], itemsize: int, out_itemsize: int) -> int:
     else the widest half, quarter, ... that does, at least MIN_C_COLUMNS; 0 where none does. C then leaves a part of
     its columns after another, so that the deepest pipeline of the widest tiles keeps its stages: 128 x 256 tiles
     take 192 KB in 4 stages, which leaves no room for their 66 KB of C, and 4 stages ran about 1.25x as fast as 3."""
-    room = MAX_SHARED_BYTES - STATIC_SHARED_BYTES - WGMMA_ALIGN - wgmma_operand_bytes(p, itemsize)
+    room = MAX_SHARED_BYTES - static_shared_bytes(p) - WGMMA_ALIGN - wgmma_operand_bytes(p, itemsize)
     columns = p["BN"]
     while columns >= MIN_C_COLUMNS:
         if p["BM"] * (columns + 8) * out_itemsize <= room:
@@ -161,6 +160,13 @@ def accumulator_dtype(dtype: str) -> str:
     """What a variant sums in (its accumulators, split-K workspace): float16's and bfloat16's products in float32,
     as NumPy and PyTorch do; the others in their own type."""
     return "float32" if dtype in HALF else dtype
+
+
+def static_shared_bytes(p: Mapping[str, Any]) -> int:
+    """Bytes the TMA kernel declares statically: its mbarriers (a full and an empty one, 16 bytes, a stage) and
+    Stream-K's answer word, rounded up to 128 bytes. The driver counts them against the same per-block limit as
+    the dynamic bytes a launch asks for."""
+    return -(-(16 * p.get("ASYNC_STAGES", 0) + 16) // 128) * 128
 
 
 def shared_stages(p: Mapping[str, Any]) -> int:

@@ -512,10 +512,13 @@ class MatmulFamily(KernelFamily):
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
         kernels, and the TMA-fed wgmma ones (each SCHEDULE) and the wgmma ones that split K, which the random
-        draws of a covering sample (rejection sampling over every parameter) practically never reach."""
+        draws of a covering sample (rejection sampling over every parameter) practically never reach, the deeper
+        pipelines (6 and 8 stages) among them."""
         tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
         return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1},
+                {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 8},
+                {**tma, "BM": 128, "BN": 128, "ASYNC_STAGES": 6, "SCHEDULE": "persistent"},
                 {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 4, "SCHEDULE": "persistent", "GROUP_M": 1},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "SCHEDULE": "persistent"},
                 {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "stream_k"},

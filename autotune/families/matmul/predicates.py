@@ -8,7 +8,8 @@ from ...core.dtypes import HALF
 from . import gemv
 from .config import (
     MIN_C_COLUMNS,
-    STATIC_SHARED_BYTES,
+    TMA_STAGES,
+    static_shared_bytes,
     accumulator_dtype,
     c_columns,
     is_tma,
@@ -88,6 +89,15 @@ def _mma_fits(p, ctx):
     return None
 
 
+def _pipeline_depth_fits(p, ctx):
+    """The deeper pipelines (ASYNC_STAGES 6 and 8) are the TMA-fed wgmma kernel's, whose producer keeps that many
+    stages in flight behind mbarriers; the cp.async kernels wait on commit groups counted for 2 to 4."""
+    if p["ASYNC_STAGES"] > 4 and not (is_wgmma(p) and is_tma(p)):
+        return (f"ASYNC_STAGES={p['ASYNC_STAGES']} is a depth of the TMA-fed wgmma kernel (WGMMA=1, TMA=1); the "
+                f"cp.async pipelines take 2, 3 or 4")
+    return None
+
+
 def _wgmma_fits(p, ctx):
     if not is_wgmma(p):
         if p["BK"] == 64:
@@ -133,9 +143,10 @@ def _wgmma_copies_fit(p, precision):
 def _async_wgmma_fits(p):
     """The cp.async- or TMA-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers
     (a consumer of the TMA's copies keeps the accumulators and little else)."""
-    if p["ASYNC_STAGES"] not in (3, 4):
-        return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be 3 or 4, "
-                f"not {p['ASYNC_STAGES']}")
+    if p["ASYNC_STAGES"] not in (TMA_STAGES if is_tma(p) else (3, 4)):
+        allowed = "3, 4, 6 or 8" if is_tma(p) else "3 or 4 (6 and 8 with TMA=1)"
+        return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be "
+                f"{allowed}, not {p['ASYNC_STAGES']}")
     registers = 65536 // matmul_threads(p)
     needed = p["BN"] // 2 + (32 if is_tma(p) else 64)
     if needed > min(255, registers):
@@ -177,7 +188,7 @@ def _schedule_fits(p, ctx):
         return f"SCHEDULE={p['SCHEDULE']} walks the tiles of one matrix: a batched problem takes SCHEDULE tile"
     out = np.dtype(ctx.args.get("out_dtype") or ctx.dtype).itemsize
     if not c_columns(p, ctx.itemsize, out):
-        need = matmul_shared_bytes(p, ctx.itemsize, out) + STATIC_SHARED_BYTES
+        need = matmul_shared_bytes(p, ctx.itemsize, out) + static_shared_bytes(p)
         return (f"SCHEDULE={p['SCHEDULE']} keeps {MIN_C_COLUMNS} or more of C's columns beside the "
                 f"{p['ASYNC_STAGES']} stages of {p['BM']} x {p['BN']} tiles: {need} bytes of shared memory exceed "
                 f"{MAX_SHARED_BYTES}")
@@ -217,6 +228,7 @@ PREDICATES = {
     "schedule_fits": Predicate(_schedule_fits, frozenset({"SCHEDULE", "SPLIT_K", "BM", "BN", "BK", "ASYNC_STAGES"})),
     "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
     "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
+    "pipeline_depth_fits": Predicate(_pipeline_depth_fits, frozenset({"ASYNC_STAGES"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
                                                 "ASYNC_STAGES"})),
 }
