@@ -457,6 +457,13 @@ def test_wgmma_applies_to_float16_tiles_of_its_shape():
     # the TMA's deeper pipelines, where their stages fit the shared memory (128 x 128 in 8: 256 KB)
     for deep in ({"BN": 128, "ASYNC_STAGES": 8}, {"BM": 128, "BN": 128, "ASYNC_STAGES": 6}):
         assert space.validate({**params, **deep, "TMA": 1}, dtype="float16", args={"layout": "nn"})["ASYNC_STAGES"] > 4
+    # ... and offered to a tuner: its space narrowed to the dtype keeps them, and an 8-stage winner's neighbours
+    # hold the 6-stage variant (a rule reading ASYNC_STAGES alone would drop both before any search)
+    tuned = space.for_dtype("float16", {"layout": "nn"})
+    assert tuned.params["ASYNC_STAGES"].values == (0, 2, 3, 4, 6, 8)
+    deep = space.validate({**params, "BN": 128, "ASYNC_STAGES": 8, "TMA": 1}, dtype="float16", args={"layout": "nn"})
+    near = tuned.neighbours(deep, dtype="float16", args={"layout": "nn"})
+    assert {**deep, "ASYNC_STAGES": 6} in near and not any(n.get("ASYNC_STAGES") == 4 for n in near)
     with pytest.raises(ValueError, match="shared memory 263168 bytes"):
         space.validate({**params, "BM": 128, "BN": 128, "ASYNC_STAGES": 8, "TMA": 1}, dtype="float16",
                        args={"layout": "nn"})
@@ -535,8 +542,9 @@ SCHEDULE_CASES = [({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persisten
                    "bfloat16", {"layout": "tn", "out_dtype": "float32"}, [((100, 150, 150), 9)]),
                   ({**WGMMA_TF32, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float32",
                    {"layout": "tn", "precision": "tf32"}, [((150, 60, 170), 18)]),
-                  # the deeper pipelines: a block's steps (6 a tile) go around the ring of 8 or 6 stages across
-                  # tiles, each stage's phase carried from one tile to the next
+                  # the deeper pipelines: a block's tiles (6 K steps each) read the 8 or 6 stages' places in the
+                  # shared memory, C's tile beside them (the mbarrier ring itself runs on the GPU alone: the simulator
+                  # passes a stage between two block barriers)
                   ({**WGMMA, "ASYNC_STAGES": 8, "TMA": 1, "SCHEDULE": "persistent"}, "float16", {"layout": "nn"},
                    [((130, 130, 330), 9)]),
                   ({**WGMMA, "ASYNC_STAGES": 6, "TMA": 1, "SCHEDULE": "stream_k"}, "bfloat16", {"layout": "tn"},

@@ -172,7 +172,7 @@ def _wgmma_split_fits(p, ctx):
         return (f"WGMMA=1 splits K with SPLIT_ADD=last_block only (its slices' partial tiles meet in a float32 "
                 f"workspace), not {p['SPLIT_ADD']}")
     if not p["ASYNC_STAGES"]:
-        return "WGMMA=1 splits K in the cp.async and TMA kernels (ASYNC_STAGES 3 or 4), not with A from registers"
+        return "WGMMA=1 splits K in the cp.async and TMA kernels (ASYNC_STAGES 3 or more), not with A from registers"
     return None
 
 
@@ -228,7 +228,9 @@ PREDICATES = {
     "schedule_fits": Predicate(_schedule_fits, frozenset({"SCHEDULE", "SPLIT_K", "BM", "BN", "BK", "ASYNC_STAGES"})),
     "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
     "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
-    "pipeline_depth_fits": Predicate(_pipeline_depth_fits, frozenset({"ASYNC_STAGES"})),
+    # MMA too (it applies wherever ASYNC_STAGES does): a rule on ASYNC_STAGES alone would be applied to each value
+    # by itself when a tuner's space is narrowed to a dtype (SearchSpace.for_dtype), dropping 6 and 8 everywhere
+    "pipeline_depth_fits": Predicate(_pipeline_depth_fits, frozenset({"ASYNC_STAGES", "MMA"})),
     "mma_fits": Predicate(_mma_fits, frozenset({"MMA", "BM", "BN", "TM", "TN", "UNROLL_K", "MIN_BLOCKS",
                                                 "ASYNC_STAGES"})),
 }
