@@ -25,6 +25,7 @@ from __future__ import annotations
 import math
 import shlex
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,8 +166,8 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
         db_file = _read(db_path(folder, name))
         if db_file is None:
             continue
-        entry, distance = nearest(problem, db_file.like(problem))
-        if entry is not None and distance == 0:
+        entry = exact_entry(problem, db_file.like(problem))
+        if entry is not None:
             return Choice(dict(entry.params), None, entry, db_file.path)
         own.append(db_file)
     # -- the fitted rule of the GPU model --
@@ -273,22 +274,40 @@ def _announce(db_file: DbFile) -> None:
              f"process: they are kept but not used (autotune.register_family)", TunedKernelWarning)
 
 
+def exact_entry(problem: Problem, entries: list[Entry]) -> Entry | None:
+    """The first entry of ``problem`` itself (its shape, family, dtype and arguments), or None: what a lookup
+    returns before any fallback, found without measuring a distance to every entry."""
+    kind = (problem.family, problem.dtype, dict(problem.args))
+    for entry in entries:
+        other = entry.problem
+        if other.shape == problem.shape and (other.family, other.dtype, dict(other.args)) == kind:
+            return entry
+    return None
+
+
 def nearest(problem: Problem, entries: list[Entry]) -> tuple[Entry | None, float]:
-    ranked = by_distance(problem, entries)
-    return (ranked[0][1], ranked[0][0]) if ranked else (None, math.inf)
+    """The nearest entry of ``by_distance`` (the first of equals) and its distance; (None, inf) where none is of
+    the same kind."""
+    best: tuple[float, Entry | None] = (math.inf, None)
+    for pair in _distances(problem, entries):
+        if pair[0] < best[0]:
+            best = pair
+    return best[1], best[0]
 
 
 def by_distance(problem: Problem, entries: list[Entry]) -> list[tuple[float, Entry]]:
     """The entries of the same family, dtype and arguments, nearest shape first (distance: sum of |log2| ratios)."""
-    found = []
+    return sorted(_distances(problem, entries), key=lambda pair: pair[0])
+
+
+def _distances(problem: Problem, entries: list[Entry]) -> Iterator[tuple[float, Entry]]:
+    kind = (problem.family, problem.dtype, dict(problem.args))
+    logs = [math.log2(n) for n in problem.shape]
     for entry in entries:
         other = entry.problem
-        if (other.family, other.dtype, dict(other.args)) != (problem.family, problem.dtype, dict(problem.args)):
+        if len(other.shape) != len(logs) or (other.family, other.dtype, dict(other.args)) != kind:
             continue
-        if len(other.shape) != len(problem.shape):
-            continue
-        found.append((sum(abs(math.log2(a) - math.log2(b)) for a, b in zip(problem.shape, other.shape)), entry))
-    return sorted(found, key=lambda pair: pair[0])
+        yield sum(abs(a - math.log2(b)) for a, b in zip(logs, other.shape)), entry
 
 
 def tuning_starts(path: Path | list[Path], problem: Problem, neighbours: int = 3) -> tuple[dict[str, Any] | None,
