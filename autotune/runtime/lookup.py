@@ -277,10 +277,9 @@ def _announce(db_file: DbFile) -> None:
 def exact_entry(problem: Problem, entries: list[Entry]) -> Entry | None:
     """The first entry of ``problem`` itself (its shape, family, dtype and arguments), or None: what a lookup
     returns before any fallback, found without measuring a distance to every entry."""
-    kind = (problem.family, problem.dtype, dict(problem.args))
+    kind = _kind(problem)
     for entry in entries:
-        other = entry.problem
-        if other.shape == problem.shape and (other.family, other.dtype, dict(other.args)) == kind:
+        if entry.problem.shape == problem.shape and _kind(entry.problem) == kind:
             return entry
     return None
 
@@ -301,13 +300,18 @@ def by_distance(problem: Problem, entries: list[Entry]) -> list[tuple[float, Ent
 
 
 def _distances(problem: Problem, entries: list[Entry]) -> Iterator[tuple[float, Entry]]:
-    kind = (problem.family, problem.dtype, dict(problem.args))
+    kind = _kind(problem)
     logs = [math.log2(n) for n in problem.shape]
     for entry in entries:
         other = entry.problem
-        if len(other.shape) != len(logs) or (other.family, other.dtype, dict(other.args)) != kind:
+        if len(other.shape) != len(logs) or _kind(other) != kind:
             continue
         yield sum(abs(a - math.log2(b)) for a, b in zip(logs, other.shape)), entry
+
+
+def _kind(problem: Problem) -> tuple:
+    """What entries that may stand for one another share: family, dtype and arguments."""
+    return problem.family, problem.dtype, dict(problem.args)
 
 
 def tuning_starts(path: Path | list[Path], problem: Problem, neighbours: int = 3) -> tuple[dict[str, Any] | None,
