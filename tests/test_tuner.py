@@ -525,6 +525,31 @@ def test_compile_processes_make_numba_errors_without_markup():
     assert os.environ.get("NUMBA_DISABLE_ERROR_MESSAGE_HIGHLIGHTING") == before  # this process is left as it was
 
 
+def gpus_seen() -> str | None:
+    """In a child: the GPUs CUDA lets it see."""
+    return os.environ.get("CUDA_VISIBLE_DEVICES")
+
+
+def test_compile_processes_see_only_the_gpus_of_their_command(monkeypatch):
+    """A compile process compiles for the GPU it sees first and keeps a context there; without this every one of
+    them sat on GPU 0, whatever --device said (four runs at once on one host ran GPU 0 out of memory). Our GPU
+    indices count within our own CUDA_VISIBLE_DEVICES, so a child is given that list's entry."""
+    from autotune.tuning.worker import CompilePool, CompilePools, visible_names
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    assert visible_names((1, 3)) == ("1", "3")
+    assert visible_names(()) == ()
+    with CompilePool(1, devices=(3,)) as pool:
+        assert pool.submit(gpus_seen).result(timeout=120) == "3"
+    with CompilePool(1) as pool:  # no devices: every GPU, as the parent
+        assert pool.submit(gpus_seen).result(timeout=120) is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-5d2f, GPU-77aa,GPU-0c1e")
+    assert visible_names((1,)) == ("GPU-77aa",) and visible_names((0, 2)) == ("GPU-5d2f", "GPU-0c1e")
+    with CompilePools(2, devices=(0, 2)) as pools:
+        seen = {pools.get().submit(gpus_seen).result(timeout=120) for _ in range(8)}
+        assert seen and seen <= {"GPU-5d2f", "GPU-0c1e"}
+
+
 def test_no_gpu_says_so(tmp_path):
     proc = run_cli(["matmul", "--device", "0"], tmp_path)
     out, _ = proc.communicate(timeout=120)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..core.device import current_device
+from ..core.device import current_device, selected_gpus
 from ..core.log import logger
 from ..core.problem import Problem
 from ..core.space import load_space
@@ -124,7 +124,7 @@ def compile_ahead(problems: list[Problem], folders: list[Path], tuned: list[Path
                                                                            args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))
     logger.info(f"compiling {len(jobs)} kernels in {workers} processes")
-    with CompilePool(workers) as pool:
+    with CompilePool(workers, devices=selected_gpus()) as pool:
         for result in pool.map(compile_variant, jobs):
             if not result.ok:
                 logger.warning(result.reason)

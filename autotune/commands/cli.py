@@ -402,7 +402,9 @@ def run_tune(args) -> int:
 
     check_templates(impl)  # a template that does not parse stops the run here, with its file and line, once
     workers = args.compile_workers or (1 if args.simulator else default_compile_workers())
-    with CompilePools(workers) as pools:  # its processes start and warm up while this one prepares the run
+    devices = () if args.simulator else gpu_indices(args.device)
+    # the pool's processes start and warm up while this one prepares the run
+    with CompilePools(workers, devices=devices) as pools:
         return tune_problems(args, impl, pools)
 
 

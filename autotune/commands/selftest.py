@@ -150,6 +150,7 @@ def compile_ahead(plan, timeout_s: float, out=None) -> list:
     import os
     from concurrent.futures import as_completed
 
+    from ..core.device import selected_gpus
     from ..tuning.records import job_for
     from ..tuning.worker import CompilePool
 
@@ -157,7 +158,7 @@ def compile_ahead(plan, timeout_s: float, out=None) -> list:
             for i, (kind, dtype, args, shapes, sample) in enumerate(plan) for j, params in enumerate(sample)}
     t0, done, spills, dropped = time.time(), 0, 0, set()
     print(f"compiling {len(jobs)} variants ({timeout_s:.0f} s at most each)", file=out, flush=True)
-    with CompilePool(max(1, (os.cpu_count() or 2) - 1)) as pool:
+    with CompilePool(max(1, (os.cpu_count() or 2) - 1), devices=selected_gpus()) as pool:
         futures = {pool.submit(compile_within, job, timeout_s): key for key, job in jobs.items()}
         for future in as_completed(futures):
             key, report, done = futures[future], future.result(), done + 1

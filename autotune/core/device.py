@@ -105,6 +105,16 @@ def gpu_available() -> bool:
         return False
 
 
+def selected_gpus() -> tuple[int, ...]:
+    """The index of the GPU this process works on (``cuda.select_device``, else the first), as the ``devices`` of
+    a compile pool (tuning/worker.py); none in the simulator or without a GPU."""
+    if simulator() or not gpu_available():
+        return ()
+    from numba import cuda
+
+    return (int(cuda.get_current_device().id),)
+
+
 def current_device() -> DeviceInfo:
     from numba import cuda
 

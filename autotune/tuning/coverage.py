@@ -411,7 +411,7 @@ class CoverageRun:
         deadline = time.monotonic() + cfg.time_limit_s if cfg.time_limit_s else None
         from .evaluate import compile_variant
 
-        with CompilePool(cfg.compile_workers, warm=True) as pool:
+        with CompilePool(cfg.compile_workers, warm=True, devices=cfg.devices) as pool:
             futures = {key: pool.submit(compile_variant, job_for(self.first, params))
                        for key, params in distinct.items()}
             workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=backend.simulator())
@@ -521,7 +521,7 @@ class CoverageRun:
                     f"{share} compile processes each")
 
         def loop(device: int) -> None:
-            with CompilePools(share) as pools:
+            with CompilePools(share, devices=(device,)) as pools:
                 while True:
                     claimed = self.next_problem(deadline)
                     if claimed is None:

@@ -146,7 +146,7 @@ class Tuner:
         deadline = start + cfg.timeout_s if cfg.timeout_s else None
         simulator = backend.simulator()
         workers = [Worker(device=d, timeout_s=cfg.job_timeout_s, simulator=simulator) for d in cfg.devices]
-        pool = pools.get() if pools else CompilePool(cfg.compile_workers)
+        pool = pools.get() if pools else CompilePool(cfg.compile_workers, devices=cfg.devices)
         compiles = CompileQueue(lambda job: pool.submit(compile_variant, job), cfg.compile_workers + len(workers),
                                 cfg.compile_timeout_s)
         if cfg.baseline:

@@ -31,14 +31,30 @@ def exit_with_parent(parent_pid: int, poll_s: float = 1.0) -> None:
     threading.Thread(target=watch, daemon=True, name="exit-with-parent").start()
 
 
-def start_child(parent_pid: int) -> None:
+def start_child(parent_pid: int, gpus: tuple[str, ...] = ()) -> None:
     """What every child process of ours does first: leave Ctrl-C to the parent, which stops its children itself
     (a terminal sends SIGINT to the whole process group; a child that raised KeyboardInterrupt mid-job would
     print a traceback and hand the parent a failure that is really an interruption), exit with the parent, and
-    turn off Numba's error highlighting (``plain_numba_errors``)."""
+    turn off Numba's error highlighting (``plain_numba_errors``). Given ``gpus`` (``visible_names``), the
+    process sees one of them alone, chosen by its process id: CUDA is not started yet in a fresh child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     exit_with_parent(parent_pid)
     plain_numba_errors()
+    if gpus:
+        os.environ["CUDA_VISIBLE_DEVICES"] = gpus[os.getpid() % len(gpus)]
+
+
+def visible_names(devices) -> tuple[str, ...]:
+    """How a child process names each of our GPU indices ``devices`` in ``CUDA_VISIBLE_DEVICES``: the entry of our
+    own list where we have one (our indices count within it), else the index.
+
+    On a GPU machine a compile process compiles its variant for the GPU it sees first and keeps a CUDA context
+    there. Left to itself that is GPU 0 whatever ``--device`` says: a run on GPU 1 would take memory on GPU 0 and
+    compile for GPU 0's architecture, and several runs on one host would put every compile process's context on
+    GPU 0 until it runs out of memory."""
+    own = os.environ.get("CUDA_VISIBLE_DEVICES")
+    names = [name.strip() for name in own.split(",")] if own else None
+    return tuple(names[d] if names is not None and 0 <= d < len(names) else str(d) for d in devices)
 
 
 def plain_numba_errors() -> None:
@@ -94,11 +110,16 @@ class CompilePool(cf.ProcessPoolExecutor):
     waiting for them, as does ``stop()``. ``warm`` starts every process at once with ``warm_compiler``, instead of
     one by one as jobs come."""
 
-    def __init__(self, workers: int, warm: bool = False, real_compiler: bool = False):
-        """``real_compiler``: the processes compile for real targets even where this process runs the simulator."""
-        super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"),
-                         initializer=start_real_compiler_child if real_compiler else start_child,
-                         initargs=(os.getpid(),))
+    def __init__(self, workers: int, warm: bool = False, real_compiler: bool = False, devices=()):
+        """``real_compiler``: the processes compile for real targets even where this process runs the simulator
+        (for a compute capability given, no GPU). ``devices``: the GPUs (our indices) whose work the processes
+        compile, each process seeing one of them alone (``visible_names``); none: every GPU, as this process."""
+        if real_compiler:
+            initializer, initargs = start_real_compiler_child, (os.getpid(),)
+        else:
+            initializer, initargs = start_child, (os.getpid(), visible_names(devices))
+        super().__init__(max_workers=workers, mp_context=mp.get_context("spawn"), initializer=initializer,
+                         initargs=initargs)
         self.stopped = False
         self._submitted: list[cf.Future] = []
         if warm:
@@ -156,13 +177,14 @@ class CompilePools:
     compiles do not wait for processes to start and warm up. A problem that leaves compiles running (its time
     limit, Ctrl-C) stops the pool, and the next one gets a fresh pool."""
 
-    def __init__(self, workers: int):
+    def __init__(self, workers: int, devices=()):
         self.workers = workers
+        self.devices = tuple(devices)
         self._pool: CompilePool | None = None
 
     def get(self) -> CompilePool:
         if self._pool is None or self._pool.stopped:
-            self._pool = CompilePool(self.workers, warm=True)
+            self._pool = CompilePool(self.workers, warm=True, devices=self.devices)
         return self._pool
 
     def release(self, pool: CompilePool) -> None:
