@@ -3,7 +3,8 @@
     python lab/sass_mix.py matmul '{"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8}' [--dtype float32] [--dump FILE]
 
 Needs `nvdisasm` on PATH (pip download nvidia-cuda-nvdisasm; the binary is in nvidia/cu13/bin). Prints the
-ptxas report and counts of the opcodes inside the longest loop body (the hot loop of a tiled matmul).
+ptxas report and counts of the opcodes inside the longest loop body (the hot loop of a tiled matmul), or inside
+the innermost loop that multiplies on the tensor cores where there is one (a wgmma kernel's K step).
 """
 import argparse
 import collections
@@ -21,15 +22,18 @@ def cubin_of(kernel, cc=(9, 0)) -> bytes:
 
 
 def hottest_loop(sass: str) -> list[str]:
-    """Instructions between a label and the backward branch to it that spans the most instructions."""
+    """Instructions between a label and the backward branch to it that spans the most instructions; where loops
+    hold tensor-core instructions (HMMA, HGMMA, DMMA), the innermost of those (a wgmma kernel's main loop: its
+    epilogue's loops are longer, and a loop over tiles holds the main loop)."""
     lines = [l for l in sass.splitlines() if l.strip()]
     labels = {m.group(1): i for i, l in enumerate(lines) if (m := re.match(r"\s*\.?(L_x_\d+):", l))}
-    best = []
+    loops = []
     for i, line in enumerate(lines):
         m = re.search(r"BRA\s+`?\(?\.?(L_x_\d+)", line)
-        if m and m.group(1) in labels and labels[m.group(1)] < i and i - labels[m.group(1)] > len(best):
-            best = lines[labels[m.group(1)]:i + 1]
-    return best
+        if m and m.group(1) in labels and labels[m.group(1)] < i:
+            loops.append(lines[labels[m.group(1)]:i + 1])
+    multiplying = [loop for loop in loops if any(re.search(r"\b[HD]G?MMA\b", l) for l in loop)]
+    return min(multiplying, key=len) if multiplying else max(loops, key=len, default=[])
 
 
 def opcode(line: str) -> str | None:
