@@ -15,7 +15,9 @@ PRECISIONS = ("ieee", "3xtf32", "tf32")
 MMA_TILES = {"fp64": "dmma_tile", "tf32": "tf32_tile", "3xtf32": "tf32x3_tile", "fp16": "f16_tile",
              "bf16": "bf16_tile"}
 WGMMA_ALIGN = 1024  # bytes: wgmma's 128-byte swizzle repeats every 8 rows of 128 bytes, from such a boundary
-TMA_STAGES = (3, 4, 6, 8)  # the TMA-fed wgmma kernel's pipeline depths (the cp.async kernels': up to 4)
+CP_ASYNC_STAGES = (2, 3, 4)  # the cp.async pipelines' depths (their waits are counted for these)
+CP_ASYNC_WGMMA_STAGES = (3, 4)  # the cp.async-fed wgmma kernel's: one stage is read by the running wgmma
+TMA_STAGES = (3, 4, 6, 8)  # the TMA-fed wgmma kernel's, its producer behind mbarriers
 MIN_C_COLUMNS = 16  # the narrowest piece of C a persistent variant stages: two of the wgmma's 8-column blocks
 EXACT_LIMIT = 1 << 27  # M*N*K up to which a check computes the whole float64 product
 ERROR_ROWS = 64  # rows of C whose error a check of a rounded precision measures, where C is larger

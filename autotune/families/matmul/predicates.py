@@ -7,6 +7,8 @@ from ...core.constraints import MAX_SHARED_BYTES, Predicate
 from ...core.dtypes import HALF
 from . import gemv
 from .config import (
+    CP_ASYNC_STAGES,
+    CP_ASYNC_WGMMA_STAGES,
     MIN_C_COLUMNS,
     TMA_STAGES,
     static_shared_bytes,
@@ -20,6 +22,11 @@ from .config import (
     split_add,
 )
 
+
+def spelled(values, last: str = "or") -> str:
+    """Allowed values as a message names them: "2, 3 or 4"."""
+    words = [str(v) for v in values]
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} {last} {words[-1]}"
 
 
 def _tile_loads_even(p, ctx):
@@ -92,9 +99,9 @@ def _mma_fits(p, ctx):
 def _pipeline_depth_fits(p, ctx):
     """The deeper pipelines (ASYNC_STAGES 6 and 8) are the TMA-fed wgmma kernel's, whose producer keeps that many
     stages in flight behind mbarriers; the cp.async kernels wait on commit groups counted for 2 to 4."""
-    if p["ASYNC_STAGES"] > 4 and not (is_wgmma(p) and is_tma(p)):
+    if p["ASYNC_STAGES"] > max(CP_ASYNC_STAGES) and not (is_wgmma(p) and is_tma(p)):
         return (f"ASYNC_STAGES={p['ASYNC_STAGES']} is a depth of the TMA-fed wgmma kernel (WGMMA=1, TMA=1); the "
-                f"cp.async pipelines take 2, 3 or 4")
+                f"cp.async pipelines take {spelled(CP_ASYNC_STAGES)}")
     return None
 
 
@@ -143,8 +150,10 @@ def _wgmma_copies_fit(p, precision):
 def _async_wgmma_fits(p):
     """The cp.async- or TMA-fed wgmma kernel (float16, or float32 on rounded copies): its stages and registers
     (a consumer of the TMA's copies keeps the accumulators and little else)."""
-    if p["ASYNC_STAGES"] not in (TMA_STAGES if is_tma(p) else (3, 4)):
-        allowed = "3, 4, 6 or 8" if is_tma(p) else "3 or 4 (6 and 8 with TMA=1)"
+    if p["ASYNC_STAGES"] not in (TMA_STAGES if is_tma(p) else CP_ASYNC_WGMMA_STAGES):
+        deeper = [s for s in TMA_STAGES if s not in CP_ASYNC_WGMMA_STAGES]
+        allowed = spelled(TMA_STAGES) if is_tma(p) else \
+            f"{spelled(CP_ASYNC_WGMMA_STAGES)} ({spelled(deeper, 'and')} with TMA=1)"
         return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be "
                 f"{allowed}, not {p['ASYNC_STAGES']}")
     registers = 65536 // matmul_threads(p)
