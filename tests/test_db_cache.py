@@ -128,6 +128,53 @@ def test_any_change_of_the_file_is_seen_whatever_its_time_stamps_say(tmp_path, r
         assert loaded(path) == fresh(path)
 
 
+def counted_reads(monkeypatch) -> list:
+    """The paths ``load_file`` reads the bytes of, from now on."""
+    reads, real = [], db.read_bytes
+    monkeypatch.setattr(db, "read_bytes", lambda path, **kw: reads.append(path) or real(path, **kw))
+    return reads
+
+
+def test_a_file_read_before_is_not_read_again_while_its_status_says_unchanged(tmp_path, rng, monkeypatch):
+    """A lookup reads its file each time; hashing a large file cost more than choosing from it. A file this
+    process read is taken as unchanged while its status is (device, inode, size, modification and change
+    times); any change of content is still seen: a rewrite of the same size with the old time stamps put back
+    (the change time moves) and a file replaced by another (another inode)."""
+    monkeypatch.setattr(db_cache, "RACY_S", 0.0)  # nothing here is too recent to be taken by its status
+    path = mixed_file(tmp_path)
+    first = db.load_file(path)
+    reads = counted_reads(monkeypatch)
+    assert db.load_file(path) is first and reads == []
+    original, stamp = path.read_bytes(), os.stat(path)
+    for position in rng.choice(len(original), size=5, replace=False):
+        changed = bytearray(original)
+        changed[position] = ord("7") if changed[position] != ord("7") else ord("3")  # same size
+        path.write_bytes(bytes(changed))
+        os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))  # same modification time
+        assert loaded(path, forget=False) == fresh(path), position
+    path.write_bytes(original)
+    os.utime(path, ns=(stamp.st_atime_ns, stamp.st_mtime_ns))
+    assert loaded(path, forget=False) == fresh(path)
+    reads.clear()
+    kept = db.load_file(path)
+    assert db.load_file(path) is kept and reads == []  # unchanged again: taken by its status
+    other = write(tmp_path / "other.yaml", [record(1000), matmul_record((64, 32, 16), 3.0)])
+    os.replace(other, path)  # another file in its place
+    assert loaded(path, forget=False) == fresh(path) and reads == [path]
+    assert summary(db.load_file(path))[1][1][2]["time"]["median_ms"] == 3.0
+
+
+def test_a_file_changed_just_before_its_read_is_read_at_every_lookup(tmp_path, monkeypatch):
+    """A time stamp of coarse granularity could hide a second change within one tick: a file whose last change is
+    recent is not taken as unchanged by its status (as Git treats a racily clean file)."""
+    path = mixed_file(tmp_path)  # written just now
+    db.load_file(path)
+    reads = counted_reads(monkeypatch)
+    db.load_file(path)
+    db.load_file(path)
+    assert reads == [path, path]
+
+
 def damages(raw: bytes, rng) -> list[bytes]:
     flips = []
     for position in rng.choice(len(raw), size=12, replace=False):

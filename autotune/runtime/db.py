@@ -71,15 +71,22 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     strict). DatabaseError when the file as a whole cannot be used.
 
     Read through the parse cache (``db_cache.py``): a file whose content this code has read and validated
-    before is not parsed or validated again."""
-    from .db_cache import cached_file
+    before is not parsed or validated again, and one this process read whose status shows no change since is not
+    read again (``db_cache.kept_file``)."""
+    from .db_cache import cached_file, kept_file
 
     path = Path(path)
-    try:
-        data = read_bytes(path, max_bytes=MAX_FILE_BYTES)
-    except YamlFileError as exc:
-        raise _unreadable(path, exc) from None
-    db_file = cached_file(path, data, lambda: parse_file(path, data))
+    db_file = kept_file(path)
+    if db_file is None:
+        try:
+            status = os.stat(path)
+        except OSError:
+            status = None  # read_bytes names what is wrong
+        try:
+            data = read_bytes(path, max_bytes=MAX_FILE_BYTES)
+        except YamlFileError as exc:
+            raise _unreadable(path, exc) from None
+        db_file = cached_file(path, data, lambda: parse_file(path, data), status)
     if strict and db_file.problems:
         raise DatabaseError(db_file.problems[0])
     return db_file

@@ -17,6 +17,14 @@ file is trusted only whole: it starts with a SHA-256 of the rest, checked before
 only the classes a cache holds may be unpickled from it; a cache file that is missing, damaged, of another
 format or stale is ignored, and the file is parsed, validated and cached again. Nothing here can fail a load:
 a cache that cannot be written is skipped. The process also keeps the files it has read, by path and content.
+
+A lookup reads its file again each time, so that a file changed under a running process is seen. Hashing the
+bytes of a file of a few thousand entries costs more than choosing from it, so a file this process has read is
+taken as unchanged, without reading it, while its status is: the same device, inode, size, modification and
+change times (``os.stat``). The change time cannot be set from user space, and any write or ``touch`` moves it.
+A file whose last change was less than ``RACY_S`` before it was read is never taken so (as Git treats a racily
+clean file): a time stamp of coarse granularity could hide a second change within the same tick. Such a file is
+read and hashed at each lookup until its change is old enough.
 """
 from __future__ import annotations
 
@@ -24,9 +32,11 @@ import contextlib
 import functools
 import hashlib
 import io
+import os
 import pickle
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -41,19 +51,39 @@ MAGIC = b"autotune database cache\n"
 DIGEST = 32  # bytes of SHA-256
 MAX_CACHE_FILES = 64  # per cache folder: older ones are removed when a new one is written
 MAX_MEMO = 32  # files kept in memory by this process
+RACY_S = 2.0  # seconds: a file changed more recently than this before its read is hashed at every lookup
 
-_memo: dict[str, tuple[bytes, dict, DbFile]] = {}
+_memo: dict[str, tuple[bytes, dict, DbFile, tuple | None]] = {}  # content, families, file, status signature
 _lock = threading.Lock()
 
 
-def cached_file(path: Path, data: bytes, build: Callable[[], DbFile]) -> DbFile:
+def kept_file(path: Path) -> DbFile | None:
+    """The ``DbFile`` this process read from ``path`` where the file's status says it is unchanged since (see
+    the module's docstring), else None: then read it and ask ``cached_file``."""
+    kept = _memo.get(_where(path))
+    if kept is None or kept[3] is None:
+        return None
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    if _status(status) != kept[3] or kept[1] != _families_key(kept[1]):
+        return None
+    return kept[2]
+
+
+def cached_file(path: Path, data: bytes, build: Callable[[], DbFile], status: os.stat_result | None = None) -> DbFile:
     """The ``DbFile`` of ``path``, whose bytes are ``data``: this process's, else the cache folder's where one
     is there for the same content and code, else ``build()`` (which may raise DatabaseError), stored for next
-    time."""
+    time. ``status``: the file's, taken before ``data`` was read, for ``kept_file``."""
     source = hashlib.sha256(data).digest()
     where = _where(path)
+    signature = _signature(status)
     kept = _memo.get(where)
     if kept is not None and kept[0] == source and kept[1] == _families_key(kept[1]):
+        if kept[3] != signature:
+            with _lock:
+                _memo[where] = (*kept[:3], signature)
         return kept[2]
     store = cache_path(where)
     db_file = _read(store, where, source, Path(path))
@@ -63,8 +93,20 @@ def cached_file(path: Path, data: bytes, build: Callable[[], DbFile]) -> DbFile:
     with _lock:
         if len(_memo) >= MAX_MEMO:
             _memo.clear()
-        _memo[where] = (source, _families_key(db_file.family_names()), db_file)
+        _memo[where] = (source, _families_key(db_file.family_names()), db_file, signature)
     return db_file
+
+
+def _status(status: os.stat_result) -> tuple:
+    return (status.st_dev, status.st_ino, status.st_size, status.st_mtime_ns, status.st_ctime_ns)
+
+
+def _signature(status: os.stat_result | None) -> tuple | None:
+    """What ``kept_file`` compares a file's status with, None where the file changed too recently to be taken
+    as unchanged by its status later (or no status was taken)."""
+    if status is None or time.time() - max(status.st_mtime, status.st_ctime) < RACY_S:
+        return None
+    return _status(status)
 
 
 def store_written(path: Path, data: bytes, build: Callable[[], DbFile]) -> None:
@@ -138,6 +180,19 @@ def _families_key(families: Iterable[str]) -> dict[str, Any]:
 
 def _family_stamp(name: str) -> tuple:
     impl = family_named(name)
+    if type(impl).__module__.partition(".")[0] == __name__.partition(".")[0]:
+        return _built_in_stamp(name)
+    return _stamp_of(impl)
+
+
+@functools.lru_cache(maxsize=None)
+def _built_in_stamp(name: str) -> tuple:
+    """A family of autotune's own: its files are autotune's code, stamped once a process as ``_code_stamp``
+    stamps the rest (the code running was read from them)."""
+    return _stamp_of(family_named(name))
+
+
+def _stamp_of(impl) -> tuple:
     files = [Path(impl.space_file)]
     module = sys.modules.get(type(impl).__module__)
     source = getattr(module, "__file__", None)
