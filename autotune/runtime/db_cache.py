@@ -42,7 +42,7 @@ from typing import Any, Callable, Iterable
 
 from ..core.atomic import write_bytes_atomic
 from ..core.registry import family as family_named
-from ..core.registry import is_known
+from ..core.registry import BUILTIN, is_known
 from ..core.rule import Rule, parse_rule
 from .db_records import DbFile, Entry, kind_of, read_back
 
@@ -180,7 +180,7 @@ def _families_key(families: Iterable[str]) -> dict[str, Any]:
 
 def _family_stamp(name: str) -> tuple:
     impl = family_named(name)
-    if type(impl).__module__.partition(".")[0] == __name__.partition(".")[0]:
+    if BUILTIN.get(name) == type(impl).__module__:
         return _built_in_stamp(name)
     return _stamp_of(impl)
 
