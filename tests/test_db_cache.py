@@ -222,6 +222,21 @@ def test_the_stamp_of_a_family_covers_its_search_space_and_code():
     assert all(len(stamp) == 3 for stamp in stamps)  # path, size, time stamp
 
 
+def test_a_users_family_is_stamped_at_each_lookup_and_a_built_in_one_once(tmp_path, monkeypatch):
+    """autotune's own families are its code, stamped once a process as the rest of it; a family of the user's
+    may have its search space edited while a process runs, and a lookup must see it."""
+    from autotune import register_family
+
+    fam = register_family(str(Path(__file__).resolve().parent.parent / "examples" / "softmax"))
+    space = tmp_path / "softmax.yaml"
+    space.write_bytes(Path(fam.space_file).read_bytes())
+    monkeypatch.setattr(fam, "space_file", str(space))
+    before = db_cache._family_stamp("softmax")
+    os.utime(space, ns=(os.stat(space).st_atime_ns, os.stat(space).st_mtime_ns + 5_000_000_000))
+    assert db_cache._family_stamp("softmax") != before
+    assert db_cache._family_stamp("reduce") is db_cache._family_stamp("reduce")
+
+
 class Boom:
     def __reduce__(self):
         return (open, (str(Path(os.environ["AUTOTUNE_CACHE_DIR"]) / "pwned"), "w"))
