@@ -12,7 +12,6 @@ import warnings
 from pathlib import Path
 
 from autotune.core.problem import Problem
-from autotune.core.registry import family as family_named
 from autotune.runtime.lookup import choose
 
 DEFAULT = ["matmul/float16/1500x2500x3500", "matmul/float32/777x333x555", "matmul/float16/1024x1024x1024"]
@@ -20,7 +19,6 @@ DEFAULT = ["matmul/float16/1500x2500x3500", "matmul/float32/777x333x555", "matmu
 
 def problem_of(text: str) -> Problem:
     kind, dtype, shape = text.split("/")
-    family_named(kind)
     return Problem(kind, tuple(int(d) for d in shape.split("x")), dtype)
 
 

@@ -76,12 +76,12 @@ def load_file(path: Path, *, strict: bool = False) -> DbFile:
     from .db_cache import cached_file, kept_file
 
     path = Path(path)
-    db_file = kept_file(path)
+    try:
+        status = os.stat(path)
+    except OSError:
+        status = None  # read_bytes names what is wrong
+    db_file = kept_file(path, status) if status is not None else None
     if db_file is None:
-        try:
-            status = os.stat(path)
-        except OSError:
-            status = None  # read_bytes names what is wrong
         try:
             data = read_bytes(path, max_bytes=MAX_FILE_BYTES)
         except YamlFileError as exc:

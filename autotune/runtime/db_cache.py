@@ -57,17 +57,11 @@ _memo: dict[str, tuple[bytes, dict, DbFile, tuple | None]] = {}  # content, fami
 _lock = threading.Lock()
 
 
-def kept_file(path: Path) -> DbFile | None:
-    """The ``DbFile`` this process read from ``path`` where the file's status says it is unchanged since (see
-    the module's docstring), else None: then read it and ask ``cached_file``."""
+def kept_file(path: Path, status: os.stat_result) -> DbFile | None:
+    """The ``DbFile`` this process read from ``path`` where the file's ``status`` now says it is unchanged since
+    (see the module's docstring), else None: then read it and ask ``cached_file``."""
     kept = _memo.get(_where(path))
-    if kept is None or kept[3] is None:
-        return None
-    try:
-        status = os.stat(path)
-    except OSError:
-        return None
-    if _status(status) != kept[3] or kept[1] != _families_key(kept[1]):
+    if kept is None or kept[3] is None or _status(status) != kept[3] or kept[1] != _families_key(kept[1]):
         return None
     return kept[2]
 
