@@ -25,3 +25,78 @@ def test_a_steady_measurement_whose_range_lies_below_a_noisy_ones_is_faster():
 def test_overlapping_ranges_with_close_medians_stay_a_tie():
     steady, noisy = t(0.0300, 0.0298, 0.0302), t(0.0310, 0.0290, 0.0600)
     assert not steady.faster_than(noisy) and not noisy.faster_than(steady)
+
+
+class _Clock:
+    """CUDA events on a fake clock: each call of the timed function advances it by the next of ``runs_ms``."""
+
+    def __init__(self, runs_ms):
+        self.now, self.runs, self.calls = 0.0, iter(runs_ms), 0
+
+    def event(self):
+        clock = self
+
+        class Event:
+            def record(self):
+                self.at = clock.now
+
+            def synchronize(self):
+                pass
+        return Event()
+
+    def elapsed(self, start, end):
+        return end.at - start.at
+
+    def run(self):
+        self.calls += 1
+        self.now += next(self.runs)
+
+
+def _bench_on(monkeypatch, runs_ms, **kw):
+    from numba import cuda
+
+    from autotune.tuning.measure import bench
+
+    clock = _Clock(runs_ms)
+    monkeypatch.setattr(cuda, "event", clock.event, raising=False)
+    monkeypatch.setattr(cuda, "event_elapsed_time", clock.elapsed, raising=False)
+    return bench(clock.run, **kw), clock
+
+
+def test_a_first_run_slower_than_the_give_up_time_is_the_whole_timing(monkeypatch):
+    timing, clock = _bench_on(monkeypatch, [50.0] * 100, give_up_ms=5.0)
+    assert clock.calls == 1 and timing.reps == 1 and timing.median_ms == 50.0 and timing.meaningful
+
+
+def test_a_candidate_within_the_give_up_time_is_timed_in_full(monkeypatch):
+    runs = [4.0, 3.0, 2.0] + [1.0] * 200
+    timing, clock = _bench_on(monkeypatch, runs, give_up_ms=5.0, warmup_ms=0.0, rep_ms=10.0)
+    assert timing.reps == 10 and clock.calls == 13 and timing.median_ms == 1.0
+    timing, clock = _bench_on(monkeypatch, [50.0] * 20, warmup_ms=0.0, rep_ms=10.0)  # no give-up time: all runs
+    assert timing.reps == 10 and clock.calls == 13 and timing.median_ms == 50.0
+
+
+def test_a_coverage_row_times_candidates_far_behind_its_fastest_by_one_run():
+    """The give-up time of each cell is ten times the row's fastest so far, none for the first."""
+    from types import SimpleNamespace
+
+    from autotune.core.problem import Problem
+    from autotune.tuning.coverage import CoverageRun
+    from autotune.tuning.records import GIVE_UP_FACTOR, Measurement
+
+    times = iter([2.0, 30.0, 1.0, 0.5])
+    asked = []
+
+    class Worker:
+        def run(self, job):
+            asked.append(job.give_up_ms)
+            ms = next(times)
+            return Measurement(ok=True, stage="measured", timing={"median_ms": ms, "p20_ms": ms, "p80_ms": ms,
+                                                                   "reps": 1})
+
+    forms = [{"BLOCK": b} for b in (32, 64, 128, 256)]
+    row = SimpleNamespace(_forms=lambda problem: forms, _compiled=lambda future: None,
+                          config=SimpleNamespace(rep_ms=20.0))
+    cells, best = CoverageRun._measure_row(row, Worker(), Problem("reduce", (33,), "float32"), {})
+    assert cells == [2.0, 30.0, 1.0, 0.5] and best[0] == 3
+    assert asked == [None, GIVE_UP_FACTOR * 2.0, GIVE_UP_FACTOR * 2.0, GIVE_UP_FACTOR * 1.0]

@@ -900,3 +900,29 @@ def test_a_failure_every_variant_shares_is_reported_in_full_once_with_its_traceb
     first = int(failures[0].split(" #")[1].split()[0])
     assert all(f"the same failure as #{first}" in line for line in failures[1:])
     assert any("Traceback" in r.getMessage() and r.levelno == logging.DEBUG for r in caplog.records)
+
+
+def test_a_trial_is_timed_with_a_give_up_time_ten_times_the_studys_best(tmp_path):
+    """Once the study has a best, a trial's job carries ``give_up_ms`` (records.give_up_after): a first run far
+    behind it is the trial's whole timing; before any best there is none."""
+    import concurrent.futures as cf
+
+    from autotune.tuning.compile_queue import Compiling
+    from autotune.tuning.records import GIVE_UP_FACTOR, CompileResult, Measurement, job_for
+
+    space = "family: reduce\nparams:\n  BLOCK: {values: [32, 64]}\n  ITEMS: {values: [1]}\n  VEC: {values: [1]}\n"
+    tuner = reduce_tuner(tmp_path, space, trials=2)
+    asked = []
+
+    class Recording:
+        def run(self, job):
+            asked.append(job.give_up_ms)
+            return Measurement(ok=False, stage="run", reason="not run")
+
+    built = cf.Future()
+    built.set_result(CompileResult(ok=True))
+    the_job = job_for(tuner.problem, {"BLOCK": 32, "ITEMS": 1, "VEC": 1})
+    tuner._evaluate(Recording(), the_job, Compiling(None, built, 0.0))
+    result = tuner.run()
+    tuner._evaluate(Recording(), the_job, Compiling(None, built, 0.0))
+    assert result.timing and asked == [None, GIVE_UP_FACTOR * result.timing["median_ms"]]

@@ -50,7 +50,7 @@ from ..core.problem import Problem, shape_text
 from ..core.registry import family as family_named
 from ..core.space import config_key, load_space
 from .matrix import CrossMatrix, file_name, write_matrix
-from .records import COMPILE_TIMEOUT_S, Measurement, job_for, owner_dead, owner_here
+from .records import COMPILE_TIMEOUT_S, Measurement, give_up_after, job_for, owner_dead, owner_here
 from .storage import journal_path, open_database, open_journal, open_study
 
 METHODS = ("cross", "tune")
@@ -458,7 +458,8 @@ class CoverageRun:
 
     def _measure_row(self, worker, problem: Problem, futures: dict[str, Any]):
         """Every candidate's fitted form checked and timed on the problem: a time (ms) or the stage where it
-        failed per candidate, and the fastest (index, params, measurement) or None."""
+        failed per candidate, and the fastest (index, params, measurement) or None. A candidate far behind the
+        row's fastest so far is timed by one run (``records.give_up_after``)."""
         cells: list[float | str] = []
         best = None
         for index, form in enumerate(self._forms(problem)):
@@ -470,7 +471,9 @@ class CoverageRun:
             if stage:
                 cells.append(stage)
                 continue
-            m: Measurement = worker.run(job_for(problem, form, rep_ms=self.config.rep_ms))
+            fastest = best[2].timing["median_ms"] if best else None
+            m: Measurement = worker.run(job_for(problem, form, rep_ms=self.config.rep_ms,
+                                                give_up_ms=give_up_after(fastest)))
             if not m.ok:
                 cells.append(m.stage)
                 continue

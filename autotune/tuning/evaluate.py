@@ -102,7 +102,7 @@ def measure_variant(job: Job) -> Measurement:
     clock.append(time.perf_counter())
     try:
         timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
-                       simulator=simulator, **budget(job.rep_ms))
+                       simulator=simulator, give_up_ms=job.give_up_ms, **budget(job.rep_ms))
     except Exception as exc:
         return _failed("run", exc)
     clock.append(time.perf_counter())

@@ -31,6 +31,7 @@ from ..core.device import DeviceInfo, current_device
 from ..core.problem import Problem
 from ..core.space import config_key, load_space
 from .first_use_switch import first_use_requested
+from .records import give_up_after
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,8 @@ class FirstUse:
         for params in candidates:
             if timed and time.monotonic() - start > self.settings.budget_s:
                 break
-            found = time_candidate(problem, params, self.settings.rep_ms)
+            fastest = min(t["median_ms"] for t, _ in timed) if timed else None
+            found = time_candidate(problem, params, self.settings.rep_ms, give_up_after(fastest))
             if found is not None:
                 timed.append((found, params))
         if not timed:
@@ -120,9 +122,10 @@ def candidates_for(problem: Problem, folders: list[Path], device: DeviceInfo,
     return configs[:count], "the nearest tuned shapes and the default"
 
 
-def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float) -> dict[str, Any] | None:
+def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float,
+                   give_up_ms: float | None = None) -> dict[str, Any] | None:
     """The candidate's timing on scratch data of the problem's shape, after its output was checked; None (said on
-    stderr) where it fails to build, run or check."""
+    stderr) where it fails to build, run or check. ``give_up_ms``: as ``measure.bench`` takes it."""
     from ..runtime.build import build_kernel
     from .evaluate import budget
     from .instance import Instance
@@ -137,7 +140,7 @@ def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float) -> d
             return None
         simulator = backend.simulator()
         timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
-                       simulator=simulator, **budget(rep_ms))
+                       simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
     except Exception as exc:  # a candidate that cannot run is skipped, never the caller's failure
         print(f"autotune: first-use candidate {params} of {problem.key} failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)

@@ -64,9 +64,14 @@ def _naps_for(sleep, lead_us: float) -> int:
 
 
 def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, warmup_ms: float = 25.0,
-          rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 500, simulator: bool = False) -> Timing:
+          rep_ms: float = 100.0, min_reps: int = 10, max_reps: int = 500, simulator: bool = False,
+          give_up_ms: float | None = None) -> Timing:
     """Median time of ``fn()`` in milliseconds, each run timed alone between two CUDA events (in the simulator:
-    one run on the host clock, flagged not meaningful)."""
+    one run on the host clock, flagged not meaningful).
+
+    ``give_up_ms``: a first run slower than this is the whole timing (one rep). The caller sets it far above the
+    best time known for the problem, so such a candidate cannot win, and its full timing (at least 13 runs) would
+    cost seconds on a large problem for nothing: a row of slow candidates once held a coverage call for minutes."""
     if simulator:
         return _host_bench(fn, reps=1)
     from numba import cuda
@@ -82,7 +87,10 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
         end.synchronize()
         return cuda.event_elapsed_time(start, end)
 
-    first = [timed() for _ in range(3)]
+    first = [timed()]
+    if give_up_ms is not None and first[0] > give_up_ms:
+        return Timing(first[0], first[0], first[0], 1)
+    first += [timed() for _ in range(2)]
     estimate = max(statistics.median(first), 1e-3)
     for _ in range(max(0, int(warmup_ms / estimate) - 3)):
         timed()

@@ -34,6 +34,8 @@ class Job:
     space: str | None = None
     #: the timing budget in ms (None: ``measure.bench``'s default); a cross-time matrix times many cells briefly
     rep_ms: float | None = None
+    #: a first run slower than this ends the timing there (``measure.bench``): far behind the best known already
+    give_up_ms: float | None = None
 
     def problem(self):
         from ..core.problem import Problem
@@ -43,9 +45,20 @@ class Job:
         return Problem(self.family, self.shape, self.dtype, self.args)
 
 
-def job_for(problem, params: dict[str, Any], space_path: str | None = None, rep_ms: float | None = None) -> Job:
+def job_for(problem, params: dict[str, Any], space_path: str | None = None, rep_ms: float | None = None,
+            give_up_ms: float | None = None) -> Job:
     return Job(source=problem.impl.source or problem.family, family=problem.family, shape=tuple(problem.shape),
-               dtype=problem.dtype, args=dict(problem.args), params=dict(params), space=space_path, rep_ms=rep_ms)
+               dtype=problem.dtype, args=dict(problem.args), params=dict(params), space=space_path, rep_ms=rep_ms,
+               give_up_ms=give_up_ms)
+
+
+#: A candidate whose first timed run is this many times the best time known for its problem is not timed further.
+GIVE_UP_FACTOR = 10.0
+
+
+def give_up_after(best_ms: float | None) -> float | None:
+    """The ``give_up_ms`` of a job when ``best_ms`` is the best time known for its problem (None: none known)."""
+    return None if best_ms is None else GIVE_UP_FACTOR * best_ms
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
 from .policy import SearchPolicy, make_sampler
 from .provenance import PROVENANCE_ATTR, provenance
-from .records import Outcome, job_for, owner_dead, owner_here
+from .records import Outcome, give_up_after, job_for, owner_dead, owner_here
 from .settings import TuneConfig, TuneResult
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 from .worker import CompilePool, CompilePools, Worker, compile_for_target
@@ -324,7 +324,7 @@ class Tuner:
                 return Outcome(ok=False, stage="pruned", resources=resources, compile_s=built.compile_s,
                                reason=f"{resources['registers']} registers x {threads} threads exceed the "
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
-        m = worker.run(the_job)
+        m = worker.run(replace(the_job, give_up_ms=give_up_after(self._best_ms())))
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
 
@@ -397,6 +397,11 @@ class Tuner:
                                                         args=self.problem.args)
 
     # -- the winner, confirmed -------------------------------------------------------------------------
+    def _best_ms(self) -> float | None:
+        """The study's best median so far (ms), which a trial far behind need not match in full timing."""
+        best = self.policy.best_trial()
+        return best.user_attrs["timing"]["median_ms"] if best else None
+
     def _confirmed_best(self, worker: Worker) -> optuna.trial.FrozenTrial | None:
         """The study's best trial once it holds with the code as it is now; None where no trial does.
 
