@@ -469,9 +469,33 @@ def test_the_family_fits_the_choice_to_the_shape():
     assert skinny["SPLIT_K"] > 1 and skinny["EDGE"] == "clamp" and space.validate(skinny, dtype="float32", args=ARGS)
     square = impl.fit_config(config, Problem("matmul", (4096, 4096, 4096), "float32"), h100, space)
     assert square["SPLIT_K"] == 1 and square["EDGE"] == "interior"
-    wgmma = space.validate({"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "ASYNC_STAGES": 4},
-                           dtype="float16", args=ARGS)
-    assert impl.fit_config(wgmma, Problem("matmul", (100, 100, 9000), "float16"), h100, space) == wgmma
+
+
+@pytest.mark.parametrize("tma", [0, 1])
+def test_a_wgmma_choice_is_split_only_where_few_tiles_meet_a_long_k(tma):
+    """wgmma tiles are split over K (combined by the last block, one block per tile) where they fill less than half
+    a wave and each slice keeps 8 K tiles; elsewhere unsplit, a split of the configuration's own dropped."""
+    impl, space = Problem("matmul", (8, 8, 8), "float16").impl, load_space("matmul")
+    h100 = DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
+    given = {"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": tma, "ASYNC_STAGES": 4}
+    own = {"SCHEDULE": "persistent"} if tma else {"SPLIT_K": 2, "SPLIT_ADD": "last_block"}
+    wgmma = space.validate({**given, **own}, dtype="float16", args=ARGS)
+    unsplit = space.validate({**given, **({"SCHEDULE": "persistent"} if tma else {})}, dtype="float16", args=ARGS)
+
+    def fitted(shape):
+        problem = Problem("matmul", shape, "float16")
+        form = impl.fit_config(wgmma, problem, h100, space)
+        assert space.validate(form, dtype="float16", args=problem.args) == form and impl.unfit_for(form, h100) is None
+        return form
+
+    few = fitted((1024, 128, 7992))  # 8 tiles, 124 K steps: 16 slices fill 128 blocks, 7.8 steps: 8 slices
+    assert (few["SPLIT_K"], few["SPLIT_ADD"]) == (8, "last_block") and few.get("SCHEDULE", "tile") == "tile"
+    assert fitted((100, 100, 9000))["SPLIT_K"] == 16  # 1 tile, 140 K steps: the largest split keeping 8 a slice
+    assert fitted((8192, 128, 8192))["SPLIT_K"] == 2  # 64 tiles: 2 slices of 64 steps fill 128 blocks
+    for shape in ((1000, 1000, 1000), (4096, 4096, 4096), (12928, 56, 6472), (8, 8, 8)):
+        # 64 tiles of 16 K steps (8 a slice of 2 keep too few); tiles of half a wave or more; K of one tile
+        form = fitted(shape)
+        assert {k: v for k, v in form.items() if k != "GEMV"} == unsplit  # GEMV 0: a skinny shape's
 
 
 def test_reductions_keep_rows_per_split():

@@ -415,24 +415,31 @@ class MatmulFamily(KernelFamily):
         the smallest split that fills 90% of a wave of blocks (``problem_starts``' first form), else, where none
         does, the largest that keeps two K tiles per split; SPLIT_ADD kept where the configuration had one and it
         is valid, else the first valid way of combining; clamped edges exactly where the tiles overhang M or N.
-        wgmma configurations are kept as given (a split of theirs is the tuner's choice, measured per shape). A
-        gemv configuration of a skinny problem takes the short side's passes and the K split that fit the shape
+        A wgmma configuration is split only where its tiles leave most SMs idle and K is long
+        (``_wgmma_split``), its slices combined by the last block (with one block per tile), else kept unsplit
+        as given. A gemv configuration of a skinny problem takes the short side's passes and the K split that fit the shape
         (``gemv.starts``' first form). A batched problem's blocks count every matrix's."""
         if gemv.is_gemv(params):
             return self._fit_gemv(params, problem, device, space)
-        if not is_tiled(params) or is_wgmma(params):
+        if not is_tiled(params):
             return dict(params)
-        _, M, N, _ = dims(problem.shape)
-        add = params.get("SPLIT_ADD", "atomic") if params.get("SPLIT_K", 1) > 1 else "atomic"
+        shape, splits = dims(problem.shape), space.params["SPLIT_K"].values
         base = {k: v for k, v in params.items() if k not in ("SPLIT_K", "SPLIT_ADD")}
-        base["EDGE"] = "clamp" if M % base["BM"] or N % base["BN"] else "interior"
-        split = _fitting_split(base, dims(problem.shape), device.sm_count, space.params["SPLIT_K"].values)
-        key = (tuple(base.items()), add, split, problem.dtype, tuple(problem.args.items()), device.cc, id(space))
+        if is_wgmma(params):
+            split = _wgmma_split(base, shape, device.sm_count, splits)
+            adds: tuple[str, ...] = ("last_block",)
+            split_base = {**base, "SCHEDULE": "tile"} if is_tma(base) else base  # a split takes a block per tile
+        else:
+            _, M, N, _ = shape
+            base["EDGE"] = "clamp" if M % base["BM"] or N % base["BN"] else "interior"
+            split = _fitting_split(base, shape, device.sm_count, splits)
+            add = params.get("SPLIT_ADD", "atomic") if params.get("SPLIT_K", 1) > 1 else "atomic"
+            adds, split_base = tuple(dict.fromkeys((add, "atomic", "last_block", "vector"))), base
+        key = (tuple(base.items()), adds, split, problem.dtype, tuple(problem.args.items()), device.cc, id(space))
         if key not in self._fitted:  # a choice must cost well under a millisecond: validation is most of it
             if len(self._fitted) > 4096:
                 self._fitted.clear()
-            forms = [{**base, "SPLIT_K": split, "SPLIT_ADD": a}
-                     for a in dict.fromkeys((add, "atomic", "last_block", "vector"))] if split > 1 else []
+            forms = [{**split_base, "SPLIT_K": split, "SPLIT_ADD": a} for a in adds] if split > 1 else []
             forms.append({**base, "SPLIT_K": 1})
             checked = (space.checked_or_none(form, dtype=problem.dtype, args=problem.args) for form in forms)
             self._fitted[key] = next((c for c in checked if c is not None and self.unfit_for(c, device) is None),
@@ -540,6 +547,28 @@ def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], s
     if filling:
         return filling[0]
     return max((s for s in splits if shape[3] >= 2 * start["BK"] * s), default=1)
+
+
+#: A wgmma tile split over K keeps at least this many K tiles a slice: a slice's float32 partial tile, written and
+#: read back by the last block, costs about as much as 10-20 K steps of 128 x 128 x 64 on the tensor cores.
+WGMMA_SPLIT_MIN_STEPS = 8
+
+
+def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits) -> int:
+    """``fit_config``'s K split of a wgmma configuration (``shape``: B x M x N x K): 1 where its tiles fill half a
+    wave of blocks or more; else the smallest split that fills 90% of a wave keeping WGMMA_SPLIT_MIN_STEPS K tiles
+    a slice, or where none does, the largest that keeps them.
+
+    The tensor cores make a K step short, so the combining that CUDA-core tiles amortize in two K tiles needs a
+    long K here: 1000^3 in 64 tiles of 128 x 128 (16 K steps) was tuned unsplit on the H100, and shapes of a few
+    tiles with long K (1024 x 128 x 7992: 8 tiles of 128 x 256 and 125 K steps) ran at 0.24-0.4x cuBLAS unsplit."""
+    batch, M, N, K = shape
+    blocks = -(-M // start["BM"]) * -(-N // start["BN"]) * batch
+    if 2 * blocks >= sm_count:
+        return 1
+    keeping = [s for s in splits if K >= WGMMA_SPLIT_MIN_STEPS * start["BK"] * s]
+    filling = [s for s in keeping if blocks * s >= 0.9 * sm_count]
+    return min(filling) if filling else max(keeping, default=1)
 
 
 def _filling_splits(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int,
