@@ -104,9 +104,10 @@ def test_the_earliest_claim_of_a_shape_wins(tmp_path):
     assert "128x128x128" not in first.taken() and first.claim("128x128x128") is not None
 
 
-def test_a_coverage_run_in_the_simulator_resumes_and_writes_its_matrix(tmp_path):
+def test_a_coverage_run_in_the_simulator_resumes_and_writes_its_matrix(tmp_path, monkeypatch):
     """Two shapes and two candidates of a reduction in the simulator (meaningless times, real pipeline): every
-    cell measured after its output was checked, the matrix written, a second run measuring nothing again."""
+    cell measured after its output was checked, the matrix written, a second run measuring nothing again, and
+    after a change of the code that makes the kernels, a third measuring afresh and saying why."""
     args = {"op": "sum", "axis": None}
     shapes = family("reduce").shape_set("simulator", "float32", args)[1:3]
     config = CoverageConfig(devices=(0,), state_dir=tmp_path / "state", db=str(tmp_path / "db"), write_db=True,
@@ -126,6 +127,15 @@ def test_a_coverage_run_in_the_simulator_resumes_and_writes_its_matrix(tmp_path)
     again = CoverageRun("reduce", "float32", args, shapes, config, current_device(), report=lines.append)
     assert again.run_cross([]).done_here == 0 and read_matrix(tmp_path / "m.json").ms == matrix.ms
     assert any("as the study holds them" in line for line in lines)
+    from autotune.tuning import coverage, provenance
+
+    now = provenance.provenance(Problem("reduce", shapes[0], "float32", args))
+    changed = provenance.Provenance({**now.parts, "family code": "edited"})
+    monkeypatch.setattr(coverage, "provenance", lambda problem: changed)
+    lines.clear()
+    afresh = CoverageRun("reduce", "float32", args, shapes, config, current_device(), report=lines.append)
+    assert afresh.run_cross([]).done_here == 2 and afresh.study.study_name.endswith("#" + changed.digest)
+    assert any("the kernels changed since the study" in line and "(family code)" in line for line in lines), lines
 
 
 # -- shapes met without an entry ------------------------------------------------------------------------

@@ -64,8 +64,9 @@ def _coverage_parser(sub, common, chosen: list) -> None:
                                      "model under --state-dir)")
     p.add_argument("--state-dir", default="autotune-out", help="where the journal lives (default autotune-out/)")
     p.set_defaults(keeps_studies=True)  # an interrupted run says its measurements are kept (cli._interrupted)
-    p.add_argument("--study", help="the study's name (default: coverage/<case>/<set>/<method>@<gpu>); another "
-                                   "name starts afresh, e.g. with new candidates")
+    p.add_argument("--study", help="the study's name (default: coverage/<case>/<set>/<method>@<gpu>), to which the "
+                                   "digest of the code that makes the kernels is added; another name starts afresh, "
+                                   "e.g. with new candidates")
     p.add_argument("--db", help="database folder to write (default $AUTOTUNE_DB or ./tuned_db)")
     p.add_argument("--no-db", action="store_true", help="write no database entries")
     p.add_argument("--write-db", action="store_true", help="write entries also for --set held-out or --simulator")

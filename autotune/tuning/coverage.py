@@ -22,7 +22,9 @@ race, which only repeats work). A finished unit is a COMPLETE trial holding its 
 stopped or killed loses only the units in flight, which the next run of the same command takes again (a dead
 process's claims on this host are released when a run starts on this host; a claim of a host that is gone for good
 stays until that host runs again or ``--study`` names a new study). The candidates are fixed in the study when it
-is created, so a resumed or a second host's run fills the same columns; ``--study NAME`` starts another.
+is created, so a resumed or a second host's run fills the same columns; ``--study NAME`` starts another. A study's
+name ends in the digest of what makes its kernels (``provenance.py``: templates, space, the family's code, which
+fits each candidate to each shape, versions): after a change, the same command measures afresh in a new study.
 
 **Results as they come.** Each finished shape's fastest candidate is written at once as the shape's database entry
 (merged: an entry is replaced only by a faster one), and the matrix file (tuning/matrix.py) is rewritten from the
@@ -51,7 +53,8 @@ from ..core.registry import family as family_named
 from ..core.space import config_key, load_space
 from .matrix import CrossMatrix, file_name, write_matrix
 from .records import COMPILE_TIMEOUT_S, Measurement, give_up_after, job_for, owner_dead, owner_here
-from .storage import journal_path, open_database, open_journal, open_study
+from .provenance import PROVENANCE_ATTR, provenance
+from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 
 METHODS = ("cross", "tune")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -259,8 +262,12 @@ class CoverageRun:
         self.case = f"{family}/{self.first.dtype}/{self.first.impl.key_tag(self.first.args)}"
         storage = open_database(config.storage) if config.storage else \
             open_journal(journal_path(config.state_dir, device.slug), self.report)
-        name = config.study or f"coverage/{self.case}/{config.shape_set}/{config.method}@{device.slug}"
+        self.provenance = provenance(self.first)
+        base = config.study or f"coverage/{self.case}/{config.shape_set}/{config.method}@{device.slug}"
+        name = f"{base}#{self.provenance.digest}"
+        older = earlier_study(storage, base, name)
         self.study = open_study(storage, name, optuna.samplers.RandomSampler(seed=0), url=config.storage)
+        self._tie_to_provenance(older)
         self.units = Units(self.study)
         self.candidates: list[dict[str, Any]] = []
         self.columns = ""  # candidates_digest of the study's candidates
@@ -270,6 +277,19 @@ class CoverageRun:
         self._start = time.monotonic()
         self._claimed: dict[int, optuna.Trial] = {}  # claims in flight, by trial number
         self._stopping = threading.Event()
+
+    def _tie_to_provenance(self, older: EarlierStudy | None) -> None:
+        """Record on a new study what its kernels are made with, and say so where an older study of the case
+        measured kernels made otherwise (its rows are not used: a candidate's cell is the time of the kernel that
+        the templates and the family's fitting made of it then)."""
+        if PROVENANCE_ATTR not in self.study.user_attrs:
+            self.study.set_user_attr(PROVENANCE_ATTR, dict(self.provenance.parts))
+        if older is None or self.study.get_trials(deepcopy=False):
+            return
+        changed = self.provenance.changes_from(older.user_attrs.get(PROVENANCE_ATTR))
+        self.report(f"{self.case}: the kernels changed since the study {older.name!r} measured {older.trials} "
+                    f"shape(s) ({changed}): its rows are not used; starting {self.study.study_name!r} (the old one "
+                    f"stays in the storage)")
 
     # -- candidates, fixed in the study ------------------------------------------------------------
     def fix_candidates(self, files: list) -> list[dict[str, Any]]:
