@@ -324,7 +324,8 @@ class Tuner:
                 return Outcome(ok=False, stage="pruned", resources=resources, compile_s=built.compile_s,
                                reason=f"{resources['registers']} registers x {threads} threads exceed the "
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
-        m = worker.run(replace(the_job, give_up_ms=give_up_after(self._best_ms())))
+        give_up_ms = give_up_after(self._best_ms())
+        m = worker.run(the_job if give_up_ms is None else replace(the_job, give_up_ms=give_up_ms))
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
 
