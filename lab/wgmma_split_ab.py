@@ -80,10 +80,10 @@ def main() -> int:
         return 0
     import numpy as np
 
-    from autotune.tuning.evaluate import _flusher
     from autotune.tuning.instance import Instance
+    from autotune.tuning.measure import bench, l2_flusher
 
-    flusher, rows, table = _flusher(), [], []
+    flusher, rows, table = l2_flusher(), [], []
     for case, cases in found.items():
         ratios = []
         for problem, given, fitted in cases:
@@ -91,8 +91,6 @@ def main() -> int:
             before, after = timed(problem, given, inst, flusher), timed(problem, fitted, inst, flusher)
             peers = {}
             for peer, call in problem.impl.peers(problem, inst.time_args).items():
-                from autotune.tuning.measure import bench
-
                 peers[peer] = bench(call, flush=flusher).median_ms
             cublas = min(peers.values()) if peers else None
             rows.append({"case": case, "problem": problem.key, "given": given, "fitted": fitted, "before": before,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 import traceback
-from typing import Any
 
 import numpy as np
 
@@ -77,7 +76,7 @@ def instance_for(problem: Problem) -> Instance:
 
 def measure_variant(job: Job) -> Measurement:
     """Build, verify, then time one variant on this process's GPU (or the simulator)."""
-    from .measure import bench
+    from .measure import bench, l2_flusher
 
     simulator = backend.simulator()
     clock = [time.perf_counter()]
@@ -101,7 +100,7 @@ def measure_variant(job: Job) -> Measurement:
         return Measurement(ok=False, stage="verify", reason=f"wrong result: {error}")
     clock.append(time.perf_counter())
     try:
-        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
+        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
                        simulator=simulator, give_up_ms=job.give_up_ms, **budget(job.rep_ms))
     except Exception as exc:
         return _failed("run", exc)
@@ -137,15 +136,3 @@ def _failed(stage: str, exc: Exception) -> Measurement:
 
 def _intervals(clock: list[float]) -> list[float]:
     return [round(b - a, 3) for a, b in zip(clock, clock[1:])]
-
-
-_flusher_instance: Any = None
-
-
-def _flusher():
-    global _flusher_instance
-    if _flusher_instance is None:
-        from .measure import L2Flusher
-
-        _flusher_instance = L2Flusher()
-    return _flusher_instance

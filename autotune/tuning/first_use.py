@@ -129,7 +129,7 @@ def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float,
     from ..runtime.build import build_kernel
     from .evaluate import budget
     from .instance import Instance
-    from .measure import bench
+    from .measure import bench, l2_flusher
 
     try:
         kernel = build_kernel(problem.family, params, problem.dtype, **problem.args)
@@ -139,27 +139,13 @@ def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float,
             print(f"autotune: first-use candidate {params} of {problem.key} is wrong: {error}", file=sys.stderr)
             return None
         simulator = backend.simulator()
-        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else _flusher(),
+        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
                        simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
     except Exception as exc:  # a candidate that cannot run is skipped, never the caller's failure
         print(f"autotune: first-use candidate {params} of {problem.key} failed: {type(exc).__name__}: {exc}",
               file=sys.stderr)
         return None
     return timing.as_dict()
-
-
-_flushers: dict[int, Any] = {}
-
-
-def _flusher():
-    from numba import cuda
-
-    from .measure import L2Flusher
-
-    device = cuda.get_current_device().id
-    if device not in _flushers:
-        _flushers[device] = L2Flusher()
-    return _flushers[device]
 
 
 def keep(problem: Problem, params: dict[str, Any], timing: dict[str, Any], trials: int, device: DeviceInfo,

@@ -38,6 +38,19 @@ class L2Flusher:
             self._sleep(self._naps)
 
 
+_flushers: dict[int, L2Flusher] = {}
+
+
+def l2_flusher() -> L2Flusher:
+    """This process's flusher of the current device's L2 (one per device: its buffer is that device's memory)."""
+    from numba import cuda
+
+    device = cuda.get_current_device().id
+    if device not in _flushers:
+        _flushers[device] = L2Flusher()
+    return _flushers[device]
+
+
 def _sleep_kernel():
     from numba import cuda
 
