@@ -329,3 +329,25 @@ def test_a_rule_below_the_quality_floor_is_reported_and_not_written(tmp_path):
     assert not (tmp_path / "db").exists() or "rules:" not in "".join(p.read_text() for p in (tmp_path / "db").iterdir())
     out = cli("rule", "fit", str(damaged), "--db", "db", "--min-quality", "0.0001", cwd=tmp_path)
     assert out.returncode == 0 and "added the rule" in out.stdout, out.stdout + out.stderr
+
+
+def test_first_use_candidates_are_timed_with_a_give_up_time_ten_times_the_fastest(tmp_path, monkeypatch):
+    from autotune.tuning import first_use
+    from autotune.tuning.records import GIVE_UP_FACTOR
+
+    asked, times = [], iter([3.0, 1.0, 2.0])
+
+    def timed(problem, params, rep_ms, give_up_ms=None):
+        asked.append(give_up_ms)
+        ms = next(times)
+        return {"median_ms": ms, "p20_ms": ms, "p80_ms": ms, "reps": 10}
+
+    candidates = [{"BLOCK": 32}, {"BLOCK": 64}, {"BLOCK": 128}]
+    monkeypatch.setattr(first_use, "time_candidate", timed)
+    monkeypatch.setattr(first_use, "candidates_for", lambda *a: (candidates, "test"))
+    monkeypatch.setattr(first_use, "keep", lambda *a: tmp_path / "kept.yaml")
+    hook = first_use.FirstUse(first_use.FirstUseSettings(candidates=3, budget_s=60))
+    monkeypatch.setattr(hook, "_tell_once", lambda category: None)
+    params, note = hook(Problem("reduce", (301,), "float32", {"op": "sum", "axis": None}), [tmp_path], None)
+    assert params == {"BLOCK": 64} and "timed 3 of 3" in note
+    assert asked == [None, GIVE_UP_FACTOR * 3.0, GIVE_UP_FACTOR * 1.0]

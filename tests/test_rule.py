@@ -488,14 +488,31 @@ def test_a_wgmma_choice_is_split_only_where_few_tiles_meet_a_long_k(tma):
         assert space.validate(form, dtype="float16", args=problem.args) == form and impl.unfit_for(form, h100) is None
         return form
 
-    few = fitted((1024, 128, 7992))  # 8 tiles, 124 K steps: 16 slices fill 128 blocks, 7.8 steps: 8 slices
+    few = fitted((1024, 128, 7992))  # 8 tiles, 125 K steps: 16 slices fill 128 blocks, 7.8 steps: 8 slices
     assert (few["SPLIT_K"], few["SPLIT_ADD"]) == (8, "last_block") and few.get("SCHEDULE", "tile") == "tile"
     assert fitted((100, 100, 9000))["SPLIT_K"] == 16  # 1 tile, 140 K steps: the largest split keeping 8 a slice
     assert fitted((8192, 128, 8192))["SPLIT_K"] == 2  # 64 tiles: 2 slices of 64 steps fill 128 blocks
-    for shape in ((1000, 1000, 1000), (4096, 4096, 4096), (12928, 56, 6472), (8, 8, 8)):
-        # 64 tiles of 16 K steps (8 a slice of 2 keep too few); tiles of half a wave or more; K of one tile
+    for shape in ((1000, 1000, 1000), (1024, 1024, 1024), (4096, 4096, 4096), (12928, 56, 6472), (8, 8, 8)):
+        # 64 tiles of 15.6 or 16 K steps (2 slices save 8 steps, less than the combining costs); tiles of half a
+        # wave or more; K of one tile
         form = fitted(shape)
         assert {k: v for k, v in form.items() if k != "GEMV"} == unsplit  # GEMV 0: a skinny shape's
+    ampere = DeviceInfo.from_record({"name": "y", "cc": "8.0", "sm_count": 108})  # no valid wgmma form at all
+    for split in (2, 4, 2):
+        own = space.validate({**given, "TMA": 0, "SPLIT_K": split, "SPLIT_ADD": "last_block"}, dtype="float16",
+                             args=ARGS)
+        problem = Problem("matmul", (1024, 128, 7992), "float16")
+        assert impl.fit_config(own, problem, ampere, space) == own  # as given, whatever was fitted before
+
+
+def test_a_register_fed_tf32_wgmma_choice_stays_unsplit():
+    impl, space = Problem("matmul", (8, 8, 8), "float32").impl, load_space("matmul")
+    h100 = DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
+    args = {**ARGS, "precision": "tf32"}
+    tf32 = space.validate({"BM": 128, "BN": 128, "BK": 32, "MMA": 8, "WGMMA": 1, "ASYNC_STAGES": 0},
+                          dtype="float32", args=args)
+    problem = Problem("matmul", (1024, 128, 7992), "float32", {"precision": "tf32"})
+    assert impl.fit_config(tf32, problem, h100, space)["SPLIT_K"] == 1
 
 
 def test_reductions_keep_rows_per_split():

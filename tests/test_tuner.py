@@ -904,7 +904,7 @@ def test_a_failure_every_variant_shares_is_reported_in_full_once_with_its_traceb
 
 def test_a_trial_is_timed_with_a_give_up_time_ten_times_the_studys_best(tmp_path):
     """Once the study has a best, a trial's job carries ``give_up_ms`` (records.give_up_after): a first run far
-    behind it is the trial's whole timing; before any best there is none."""
+    behind it is the trial's whole timing; before any best there is none, and the seed never has one."""
     import concurrent.futures as cf
 
     from autotune.tuning.compile_queue import Compiling
@@ -926,3 +926,7 @@ def test_a_trial_is_timed_with_a_give_up_time_ten_times_the_studys_best(tmp_path
     result = tuner.run()
     tuner._evaluate(Recording(), the_job, Compiling(None, built, 0.0))
     assert result.timing and asked == [None, GIVE_UP_FACTOR * result.timing["median_ms"]]
+    from autotune.tuning.tuner import Seed
+
+    tuner._measure_seed(Recording(), Compiling(Seed(the_job.params, the_job), built, 0.0))  # a resumed study's seed
+    assert asked[-1] is None  # timed in full: its time is the recorded baseline

@@ -10,8 +10,8 @@ Two methods, both resumable and splittable over GPUs and hosts:
   covering every value of every parameter. Each is fitted to
   each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
   (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes
-  it takes (``--rep-ms``, 20 ms of runs a cell). The work waits on the GPUs rather than on compiles, so it scales
-  with them.
+  it takes (``--rep-ms``, 20 ms of runs a cell; one run where it is ten times the row's fastest so far). The
+  work waits on the GPUs rather than on compiles, so it scales with them.
 - ``tune``: a search per shape (``Tuner``, ``--trials`` and ``--budget-s`` each), one shape per GPU at a time, each
   GPU with its share of the compile processes; slower per shape, and the way to find new winners for the matrix.
 
@@ -22,7 +22,7 @@ race, which only repeats work). A finished unit is a COMPLETE trial holding its 
 stopped or killed loses only the units in flight, which the next run of the same command takes again (a dead
 process's claims on this host are released when a run starts on this host; a claim of a host that is gone for good
 stays until that host runs again or ``--study`` names a new study). The candidates are fixed in the study when it
-is created, so a resumed or a second host's run fills the same columns; ``--study NAME`` starts another. A study's
+is created, so a resumed or a second host's run (of the same code and versions) fills the same columns; ``--study NAME`` starts another. A study's
 name ends in the digest of what makes its kernels (``provenance.py``: templates, space, the family's code, which
 fits each candidate to each shape, versions): after a change, the same command measures afresh in a new study.
 

@@ -303,8 +303,10 @@ class Tuner:
             finally:
                 self._flight.pop(trial.number, None)
 
-    def _evaluate(self, worker: Worker, the_job, item: Compiling) -> Outcome | None:
-        """The trial's outcome; None where its compile was cancelled because the run stopped (nothing to tell)."""
+    def _evaluate(self, worker: Worker, the_job, item: Compiling, give_up: bool = True) -> Outcome | None:
+        """The trial's outcome; None where its compile was cancelled because the run stopped (nothing to tell).
+        ``give_up``: a trial far behind the study's best is timed by one run (``records.give_up_after``); the seed
+        is timed in full, as its time is recorded as the baseline, whenever it comes (a resumed study has a best)."""
         if item.timed_out:
             return Outcome(ok=False, stage="compile", compile_s=self.config.compile_timeout_s,
                            reason=f"compile took longer than {self.config.compile_timeout_s:.0f} s")
@@ -324,7 +326,7 @@ class Tuner:
                 return Outcome(ok=False, stage="pruned", resources=resources, compile_s=built.compile_s,
                                reason=f"{resources['registers']} registers x {threads} threads exceed the "
                                       f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
-        give_up_ms = give_up_after(self._best_ms())
+        give_up_ms = give_up_after(self._best_ms()) if give_up else None
         m = worker.run(the_job if give_up_ms is None else replace(the_job, give_up_ms=give_up_ms))
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,
                        compile_s=built.compile_s, cache_hits=m.cache_hits, measure_s=m.measure_s, detail=m.detail)
@@ -379,7 +381,7 @@ class Tuner:
             return None
         params = item.payload.params
         try:
-            outcome = self._evaluate(worker, item.payload.job, item)
+            outcome = self._evaluate(worker, item.payload.job, item, give_up=False)
         except Exception as exc:
             outcome = Outcome(ok=False, stage="run", reason=f"{type(exc).__name__}: {exc}")
         if outcome is None or self._stopping.is_set():

@@ -435,7 +435,9 @@ class MatmulFamily(KernelFamily):
             split = _fitting_split(base, shape, device.sm_count, splits)
             add = params.get("SPLIT_ADD", "atomic") if params.get("SPLIT_K", 1) > 1 else "atomic"
             adds, split_base = tuple(dict.fromkeys((add, "atomic", "last_block", "vector"))), base
-        key = (tuple(base.items()), adds, split, problem.dtype, tuple(problem.args.items()), device.cc, id(space))
+        given = (params.get("SPLIT_K", 1), params.get("SPLIT_ADD"))  # returned as they are where no form is valid
+        key = (tuple(base.items()), given, adds, split, problem.dtype, tuple(problem.args.items()), device.cc,
+               id(space))
         if key not in self._fitted:  # a choice must cost well under a millisecond: validation is most of it
             if len(self._fitted) > 4096:
                 self._fitted.clear()
@@ -549,15 +551,19 @@ def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], s
     return max((s for s in splits if shape[3] >= 2 * start["BK"] * s), default=1)
 
 
-#: A wgmma tile split over K keeps at least this many K tiles a slice: a slice's float32 partial tile, written and
-#: read back by the last block, costs about as much as 10-20 K steps of 128 x 128 x 64 on the tensor cores.
+#: A slice's float32 partial tile, written and read back by the last block, costs about as much as 10-20 K steps of
+#: 128 x 128 x 64 on the tensor cores: a wgmma tile is split over K only where the split saves more K steps than
+#: WGMMA_SPLIT_SAVED_STEPS, and each slice keeps WGMMA_SPLIT_MIN_STEPS K tiles.
+WGMMA_SPLIT_SAVED_STEPS = 16
 WGMMA_SPLIT_MIN_STEPS = 8
 
 
 def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits) -> int:
     """``fit_config``'s K split of a wgmma configuration (``shape``: B x M x N x K): 1 where its tiles fill half a
-    wave of blocks or more; else the smallest split that fills 90% of a wave keeping WGMMA_SPLIT_MIN_STEPS K tiles
-    a slice, or where none does, the largest that keeps them.
+    wave of blocks or more; else the smallest split that fills 90% of a wave among those that save more than
+    WGMMA_SPLIT_SAVED_STEPS K steps and keep WGMMA_SPLIT_MIN_STEPS K tiles a slice, or where none does, the
+    largest of those (1 where there is none). A variant that cannot split (the register-fed tf32 and 3xtf32 ones:
+    ``wgmma_split_fits``) stays unsplit when ``fit_config`` validates the split form.
 
     The tensor cores make a K step short, so the combining that CUDA-core tiles amortize in two K tiles needs a
     long K here: 1000^3 in 64 tiles of 128 x 128 (16 K steps) was tuned unsplit on the H100, and shapes of a few
@@ -566,7 +572,9 @@ def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_
     blocks = -(-M // start["BM"]) * -(-N // start["BN"]) * batch
     if 2 * blocks >= sm_count:
         return 1
-    keeping = [s for s in splits if K >= WGMMA_SPLIT_MIN_STEPS * start["BK"] * s]
+    steps = K / start["BK"]
+    keeping = [s for s in splits if s > 1 and steps >= WGMMA_SPLIT_MIN_STEPS * s
+               and steps * (1 - 1 / s) > WGMMA_SPLIT_SAVED_STEPS]
     filling = [s for s in keeping if blocks * s >= 0.9 * sm_count]
     return min(filling) if filling else max(keeping, default=1)
 
