@@ -428,18 +428,73 @@ def check_widening(dtype, shape, axis, params, rng, ops):
 
 
 def test_default_column_splits_fill_the_gpu_and_keep_rows_per_split():
-    """Untuned column reductions split rows until about 1024 blocks, never below 64 rows per split, at most 64."""
+    """Untuned column reductions split rows until about 1024 blocks, never below 64 rows per split, at most 1024;
+    on narrow rows with as few threads across as the columns need."""
     from autotune.core.problem import Problem
     from autotune.core.registry import family
     from autotune.families.reduce.config import column_splits
 
     assert column_splits((8192, 8192), 256) == 32            # 32 column blocks x 32
-    assert column_splits((65536, 256), 256) == 64            # one column block: the most splits
+    assert column_splits((65536, 256), 256) == 1024          # one column block: the most splits, 64 rows each
+    assert column_splits((32768, 256), 256) == 512           # 64 rows each
+    assert column_splits((59958656, 2), 2) == 1024           # one column block of a tall, narrow array
     assert column_splits((256, 65536), 256) == 4             # 256 rows: 64 each
     assert column_splits((37, 6), 256) == 1
     assert column_splits((64, 1024, 1024), 256) == 4         # axis -2: 64 x 1024 columns
     params = family("reduce").default_params(Problem("reduce", (8192, 8192), "int64", {"op": "sum", "axis": 0}))
     assert params == {"VEC": 2, "ROW_SPLIT": 16}             # 8-byte elements: half the columns per block
+    params = family("reduce").default_params(Problem("reduce", (1 << 20, 3), "float32", {"op": "sum", "axis": 0}))
+    assert params == {"BX": 1, "ROW_SPLIT": 1024}            # one thread across 4 columns (3 used) per row
+
+
+# Fewer threads across than a warp (a warp reading several rows of a narrow array), on rows of a prime count and
+# columns that leave a vector's lanes past the end, with row splits.
+NARROW = [((131, 1), 0, {"BX": 1, "VEC": 1, "ROW_SPLIT": 4}), ((97, 3), 0, {"BX": 1, "VEC": 4, "ROW_SPLIT": 1}),
+          ((97, 3), 0, {"BX": 2, "VEC": 2, "ROW_SPLIT": 16}), ((37, 5), 0, {"BX": 4, "VEC": 1, "ROW_SPLIT": 2}),
+          ((3, 41, 3), -2, {"BX": 1, "VEC": 1, "ROW_SPLIT": 8}), ((2, 29, 6), -2, {"BX": 2, "VEC": 2, "ROW_SPLIT": 2}),
+          ((2, 29, 6), -2, {"BX": 16, "VEC": 2, "ROW_SPLIT": 1})]
+
+
+@pytest.mark.parametrize("shape, axis, params", NARROW, ids=lambda v: str(v).replace(" ", ""))
+@pytest.mark.parametrize("op", OPS)
+def test_narrow_column_blocks_give_numpys_result(op, shape, axis, params, rng):
+    k = build_kernel("reduce", {"BLOCK": 32, "ITEMS": 2, **params}, op=op, axis=axis)
+    check(k, rng, shape, "float32", op, axis)
+
+
+def test_narrowed_threads_across_span_the_columns_in_a_power_of_two():
+    from autotune.families.reduce.config import narrowed_bx
+
+    assert [narrowed_bx(64, 2, n) for n in (1, 2, 3, 4, 5, 8, 9, 127, 128, 129, 1000)] == \
+        [1, 1, 2, 2, 4, 4, 8, 64, 64, 64, 64]
+    assert narrowed_bx(32, 4, 0) == 1 and narrowed_bx(1, 1, 1000) == 1
+
+
+@pytest.mark.parametrize("axis", [0, -2])
+def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_to_it(axis):
+    """A configuration tuned on a wide array, chosen for a tall narrow one, gets as few threads across as the
+    rows need and the row splits that fill a GPU with those blocks; on a wide array it stays as given."""
+    from autotune.core.device import DeviceInfo
+    from autotune.core.problem import Problem
+
+    space, device = load_space("reduce"), DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
+    args = {"op": "sum", "axis": axis}
+    wide = space.validate({"BLOCK": 512, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 64, "BX": 32}, dtype="float32",
+                          args=args)
+    lead = (3,) if axis == -2 else ()
+
+    def fitted(shape):
+        problem = Problem("reduce", lead + shape, "float32", args)
+        form = problem.impl.fit_config(wide, problem, device, space)
+        assert space.validate(form, dtype="float32", args=args) == form
+        return form
+
+    most = 1024 if axis == 0 else 512  # one column block, or one for each of 3 matrices: 3 x 512 fill 1024
+    assert fitted((59958656, 2)) == {**wide, "BX": 1, "ROW_SPLIT": most}
+    assert fitted((6206720, 4)) == {**wide, "BX": 2, "ROW_SPLIT": most}
+    assert fitted((3887488, 31)) == {**wide, "BX": 16, "ROW_SPLIT": most}
+    assert fitted((300, 3)) == {**wide, "BX": 2, "ROW_SPLIT": 4}  # more splits would leave fewer than 64 rows
+    assert fitted((262144, 64)) == wide and fitted((100, 4096)) == {**wide, "ROW_SPLIT": 8}  # 8 rows a split
 
 
 def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):

@@ -16,17 +16,30 @@ DTYPES = ("float32", "float64", "float16", "bfloat16", "int32", "int64")
 _IDENTITY = {"sum": 0.0, "dot": 0.0, "max": -math.inf, "min": math.inf, "nanmax": math.nan, "nanmin": math.nan}
 
 
+MAX_ROW_SPLIT = 1024  # the space's largest ROW_SPLIT
+
+
 def column_splits(shape: tuple[int, ...], columns_per_block: int, target_blocks: int = 1024,
                   min_rows: int = 64) -> int:
-    """Row splits (a power of two up to 64) that bring the column kernel to about ``target_blocks`` blocks (8 per
-    SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: without splits a few thousand
-    columns give the kernel only a few dozen blocks, and the GPU idles."""
+    """Row splits (a power of two up to MAX_ROW_SPLIT) that bring the column kernel to about ``target_blocks``
+    blocks (8 per SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: without splits a few
+    thousand columns give the kernel only a few dozen blocks, and a tall array of a few columns one block, and the
+    GPU idles."""
     rows = max(1, shape[-2])
     column_blocks = -(-math.prod(shape) // rows // columns_per_block)
     split = 1
-    while split < 64 and column_blocks * split < target_blocks and rows // (2 * split) >= min_rows:
+    while split < MAX_ROW_SPLIT and column_blocks * split < target_blocks and rows // (2 * split) >= min_rows:
         split *= 2
     return split
+
+
+def narrowed_bx(bx: int, vec: int, columns: int) -> int:
+    """The threads across columns a column kernel of ``bx`` threads, ``vec`` columns each, needs for rows of
+    ``columns`` elements: the smallest power of two whose vectors span them, at most ``bx``. Threads past a row's
+    end load nothing, and with fewer of them across, one warp's loads cover several consecutive rows of a narrow
+    array in one piece of memory."""
+    need = max(1, -(-columns // vec))
+    return min(bx, 1 << (need - 1).bit_length())
 
 
 def result_shape(shape: tuple[int, ...], axis) -> tuple[int, ...]:

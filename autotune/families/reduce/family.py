@@ -32,6 +32,7 @@ from .config import (
     identity_source,
     kernel_args,
     kernel_out_dtype,
+    narrowed_bx,
     result_dtype,
     result_shape,
     row_lanes,
@@ -174,28 +175,43 @@ class ReduceFamily(KernelFamily):
         return [("seed tree+2nd pass", dict(self.baseline))]
 
     def default_params(self, problem) -> dict[str, Any]:
-        """Vectors of 16 bytes at most; down columns, enough row splits to fill a GPU (see column_splits)."""
+        """Vectors of 16 bytes at most; down columns, as many threads across as the rows' columns need
+        (``narrowed_bx``) and enough row splits to fill a GPU (see column_splits)."""
         params = {"VEC": 2} if np.dtype(problem.dtype).itemsize == 8 else {}
         if problem.args["axis"] in (0, -2):
             from ...core.space import load_space
 
             chosen = {**load_space(self.name).defaults(problem.args), **params}
-            params["ROW_SPLIT"] = column_splits(problem.shape, chosen["BX"] * chosen["VEC"])
+            bx = narrowed_bx(chosen["BX"], chosen["VEC"], problem.shape[-1])
+            if bx != chosen["BX"]:
+                params["BX"] = bx
+            params["ROW_SPLIT"] = column_splits(problem.shape, bx * chosen["VEC"])
         return params
 
     # -- coverage -----------------------------------------------------------------------------------
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
-        """Down columns, at most as many row splits as leave each split MIN_SPLIT_ROWS rows (a split of 64 that
-        served 16384 rows would give a 64-row matrix one row per block, each combined with an atomic); the
-        rest as given."""
-        params = dict(params)
-        if problem.args["axis"] in (0, -2) and params.get("ROW_SPLIT", 1) > 1:
+        """Down columns: on rows narrower than the configuration's columns per block, as many threads across as
+        they need (``narrowed_bx``) and the row splits that fill a GPU with those blocks (``column_splits``;
+        the configuration's own were fitted to a wider array); then at most as many row splits as leave each
+        split MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per
+        block, each combined with an atomic). The rest as given."""
+        given, params = params, dict(params)
+        if problem.args["axis"] not in (0, -2) or "BX" not in params:
+            return params
+        bx = narrowed_bx(params["BX"], params["VEC"], problem.shape[-1])
+        if bx < params["BX"]:
+            params["BX"] = bx
+            params["ROW_SPLIT"] = column_splits(problem.shape, bx * params["VEC"])
+        if params.get("ROW_SPLIT", 1) > 1:
             rows = problem.shape[-2]
             split = params["ROW_SPLIT"]
             while split > 1 and rows // split < MIN_SPLIT_ROWS:
                 split //= 2
             params["ROW_SPLIT"] = split
-        return params
+        if params == dict(given):
+            return params
+        checked = space.checked_or_none(params, dtype=problem.dtype, args=problem.args)
+        return checked if checked is not None else dict(given)
 
     def shape_set(self, name, dtype, args) -> list[tuple[int, ...]]:
         from .coverage import shape_set
