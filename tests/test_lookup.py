@@ -50,12 +50,19 @@ def test_exact_entry_is_used_silently(folder):
     assert notes == [] and all(k.params[n] == v for n, v in MATMUL_A.items())
 
 
-def test_nearest_shape_on_a_log_scale(folder):
+def test_nearest_shape_on_a_log_scale_fitted_to_the_shape(folder, rng):
+    """The nearest entry's configuration, with its split-K and edges fitted to the shape as a rule's choice is."""
+    from autotune.tuning.instance import Instance
+
+    fitted = ("SPLIT_K", "SPLIT_ADD", "EDGE")
     k, notes = lookup("matmul", (100, 90, 80), db=folder)
-    assert all(k.params[n] == v for n, v in MATMUL_A.items())
-    assert "nearest entry, shape 64x64x64" in notes[0]
+    assert all(k.params[n] == v for n, v in MATMUL_A.items() if n not in fitted)
+    assert k.params["EDGE"] == "clamp" and "nearest entry, shape 64x64x64" in notes[0]  # 100 rows: 32-row tiles overhang
+    assert Instance(Problem("matmul", (100, 90, 80), "float32"), rng).check(k) is None
     k, notes = lookup("matmul", (3000, 3000, 5000), db=folder)
-    assert all(k.params[n] == v for n, v in MATMUL_B.items())
+    assert all(k.params[n] == v for n, v in MATMUL_B.items() if n not in fitted)
+    assert k.params["SPLIT_K"] == 1 and "nearest entry, shape 4096x4096x4096" in notes[0]  # tiles fill the GPU
+    assert notes[0].endswith(", fitted to this shape")
 
 
 def test_tuning_starts_are_the_entry_then_the_nearest_shapes(tmp_path):

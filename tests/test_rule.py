@@ -522,7 +522,9 @@ def test_reductions_keep_rows_per_split():
     device = DeviceInfo.from_record(SIM)
     few_rows = impl.fit_config(config, Problem("reduce", (100, 4096), "float32", args), device, space)
     assert few_rows["ROW_SPLIT"] == 8 and 100 // few_rows["ROW_SPLIT"] >= 8
-    assert impl.fit_config(config, Problem("reduce", (65536, 64), "float32", args), device, space) == config
+    assert impl.fit_config(config, Problem("reduce", (65536, 128), "float32", args), device, space) == config
+    narrow = impl.fit_config(config, Problem("reduce", (65536, 64), "float32", args), device, space)
+    assert narrow == {**config, "BX": 16, "ROW_SPLIT": 1024}  # 16 x 4 columns a block; 64 rows a split
 
 
 def test_choosing_costs_well_under_a_millisecond(tmp_path, synthetic):

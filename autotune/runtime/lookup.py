@@ -8,8 +8,9 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
 2. else the fitted rule for the problem's family, dtype and arguments in G's files (yours first; see
    autotune/runtime/rules.py): its portfolio configuration for this shape, fitted to the shape by the family;
 3. else the entry of the nearest shape of the same family, dtype and arguments in G's files, your folder's
-   first on a tie. Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from 2048 as
-   from 8192;
+   first on a tie, fitted to the shape by the family as a rule's choice is (its split-K, edges and row splits
+   were another shape's). Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from
+   2048 as from 8192;
 4. else a file of another GPU model with the same compute capability, the same way (yours first);
 5. else the family's default configuration for the shape.
 
@@ -50,7 +51,7 @@ from .db import (
     shipped_folder,
     stale_note,
 )
-from .rules import ranked_configs, rule_for, rule_note
+from .rules import fitted_entry, ranked_configs, rule_for, rule_note
 
 
 _cache: dict[tuple, Any] = {}
@@ -179,9 +180,9 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found
-        return Choice(dict(entry.params), f"no tuned entry for {problem.key} on {name}; using the nearest entry, "
-                                          f"shape {shape_text(entry.problem.shape)}, from {db_file.path}",
-                      entry, db_file.path)
+        params, how = _fitted_nearest(entry, db_file, problem)
+        return Choice(params, f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
+                              f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
     if info is not None:
         others = [f for folder in folders for f in _folder_files(folder)
                   if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
@@ -190,9 +191,10 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
-            return Choice(dict(entry.params), f"no tuned entry for {problem.key} on {name}; using {what} "
-                                              f"from {db_file.path} ({db_file.device.get('name')}, same compute "
-                                              f"capability)", entry, db_file.path)
+            params, how = _fitted_nearest(entry, db_file, problem)
+            return Choice(params, f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
+                                  f"({db_file.device.get('name')}, same compute capability){how}",
+                          entry, db_file.path)
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
                   f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
@@ -232,6 +234,15 @@ def _announce_named_folder(db: str | Path | None) -> None:
     if problem is not None:
         warn(f"{how} is not a database folder ({problem}); lookups read only the database shipped with "
              f"the package (none in the CUDA simulator)", TunedKernelWarning)
+
+
+def _fitted_nearest(entry: Entry, db_file: DbFile, problem: Problem) -> tuple[dict[str, Any], str]:
+    """The entry's configuration for ``problem``: fitted to its shape where the entry's is another (as a rule's
+    choice is; the multiprocessor count from the entry's file), with the words the announcement adds."""
+    if entry.problem.shape == problem.shape:
+        return dict(entry.params), ""
+    params = fitted_entry(dict(entry.params), problem, db_file.device)
+    return params, ("" if params == dict(entry.params) else ", fitted to this shape")
 
 
 def _nearest_of(problem: Problem, files: list[DbFile], exact_first: bool = False) -> tuple[Entry, DbFile] | None:

@@ -37,6 +37,12 @@ def ranked_configs(rule: Rule, problem: Problem, device: dict[str, Any], count: 
     return found
 
 
+def fitted_entry(params: dict[str, Any], problem: Problem, device: dict[str, Any]) -> dict[str, Any]:
+    """An entry's configuration, tuned for another shape, fitted to ``problem``'s by the family (as a rule's choice
+    is): its split-K, edges, row splits were the other shape's."""
+    return problem.impl.fit_config(params, problem, _device_info(device), load_space(problem.family))
+
+
 _devices: dict[tuple, DeviceInfo] = {}
 
 
