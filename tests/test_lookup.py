@@ -65,6 +65,24 @@ def test_nearest_shape_on_a_log_scale_fitted_to_the_shape(folder, rng):
     assert notes[0].endswith(", fitted to this shape")
 
 
+def test_a_fitted_nearest_entry_is_judged_stale_by_its_own_render(folder, monkeypatch):
+    """The kernel of a fitted choice renders other parameters than the entry's: whether the entry is stale is
+    decided on the entry's own render (on a GPU the kernel's source was compared and every fit was called stale)."""
+    from types import SimpleNamespace
+
+    from autotune.runtime import lookup as lk
+    from autotune.runtime.render import source_hash
+
+    chosen = lk.choice(Problem("matmul", (3000, 3000, 5000), "float32"), [folder])
+    assert chosen.entry is not None and chosen.params != dict(chosen.entry.params)
+    monkeypatch.setattr(lk.backend, "simulator", lambda: False)
+    fitted_kernel = SimpleNamespace(source="the render of the fitted parameters")
+    chosen.entry.record["source_hash"] = source_hash(db.current_source(chosen.entry))  # fresh as tuned
+    assert lk._stale(chosen, fitted_kernel) is None
+    chosen.entry.record["source_hash"] = "0" * 16  # the templates changed since
+    assert "changed since it was tuned" in lk._stale(chosen, fitted_kernel)
+
+
 def test_tuning_starts_are_the_entry_then_the_nearest_shapes(tmp_path):
     MATMUL_C = {**MATMUL_A, "EDGE": "clamp"}
     write_db(tmp_path, SIM, [("matmul", (4096, 4096, 4096), {"layout": "nn"}, MATMUL_B),

@@ -495,6 +495,11 @@ def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_
     assert fitted((3887488, 31)) == {**wide, "BX": 16, "ROW_SPLIT": most}
     assert fitted((300, 3)) == {**wide, "BX": 2, "ROW_SPLIT": 4}  # more splits would leave fewer than 64 rows
     assert fitted((262144, 64)) == wide and fitted((100, 4096)) == {**wide, "ROW_SPLIT": 8}  # 8 rows a split
+    narrow = space.validate({**wide, "BX": 1, "ROW_SPLIT": 1024}, dtype="float32", args=args)  # tuned on 2 columns
+    for shape, bx in (((100000, 4096), 32), ((100000, 5), 4), ((100000, 2), 1)):
+        problem = Problem("reduce", lead + shape, "float32", args)
+        back = problem.impl.fit_config(narrow, problem, device, space)
+        assert back["BX"] == bx and back["ROW_SPLIT"] <= 1024 and 100000 // back["ROW_SPLIT"] >= 64
 
 
 def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):

@@ -90,10 +90,12 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
 
 def _stale(chosen: "Choice", kernel) -> str | None:
     """A sentence where the entry used no longer describes the kernel its parameters render to (``db.stale_note``);
-    the kernel's own source is that render except in the simulator."""
+    the kernel's own source is that render except in the simulator, and except where the choice fitted the entry's
+    parameters to another shape (then the entry's own are rendered)."""
     if chosen.entry is None:
         return None
-    source = None if backend.simulator() else getattr(kernel, "source", None)
+    as_tuned = chosen.params == dict(chosen.entry.params)
+    source = getattr(kernel, "source", None) if as_tuned and not backend.simulator() else None
     note = stale_note(chosen.entry, source)
     return f"{chosen.path}: the entry for {chosen.entry.problem.key}: {note}" if note else None
 
@@ -180,7 +182,7 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found
-        params, how = _fitted_nearest(entry, db_file, problem)
+        params, how = _fitted_nearest(entry, db_file.device, problem)
         return Choice(params, f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
                               f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
     if info is not None:
@@ -191,7 +193,7 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
-            params, how = _fitted_nearest(entry, db_file, problem)
+            params, how = _fitted_nearest(entry, info.as_dict(), problem)
             return Choice(params, f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
                                   f"({db_file.device.get('name')}, same compute capability){how}",
                           entry, db_file.path)
@@ -236,12 +238,12 @@ def _announce_named_folder(db: str | Path | None) -> None:
              f"the package (none in the CUDA simulator)", TunedKernelWarning)
 
 
-def _fitted_nearest(entry: Entry, db_file: DbFile, problem: Problem) -> tuple[dict[str, Any], str]:
+def _fitted_nearest(entry: Entry, device: dict[str, Any], problem: Problem) -> tuple[dict[str, Any], str]:
     """The entry's configuration for ``problem``: fitted to its shape where the entry's is another (as a rule's
-    choice is; the multiprocessor count from the entry's file), with the words the announcement adds."""
+    choice is, for the GPU ``device`` records: this GPU model's), with the words the announcement adds."""
     if entry.problem.shape == problem.shape:
         return dict(entry.params), ""
-    params = fitted_entry(dict(entry.params), problem, db_file.device)
+    params = fitted_entry(dict(entry.params), problem, device)
     return params, ("" if params == dict(entry.params) else ", fitted to this shape")
 
 

@@ -41,6 +41,7 @@ from .config import (
 from .reference import expected_result, with_values_planted
 
 HERE = Path(__file__).resolve().parent
+WARP = 32
 MIN_SPLIT_ROWS = 8  # rows each row split of a column reduction keeps at least, where a rule fits it to a shape
 
 class ReduceFamily(KernelFamily):
@@ -191,15 +192,18 @@ class ReduceFamily(KernelFamily):
     # -- coverage -----------------------------------------------------------------------------------
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
         """Down columns: on rows narrower than the configuration's columns per block, as many threads across as
-        they need (``narrowed_bx``) and the row splits that fill a GPU with those blocks (``column_splits``;
-        the configuration's own were fitted to a wider array); then at most as many row splits as leave each
+        they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
+        rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those blocks
+        (``column_splits``; the configuration's own were fitted to another array); then at most as many row splits as leave each
         split MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per
         block, each combined with an atomic). The rest as given."""
         given, params = params, dict(params)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
         bx = narrowed_bx(params["BX"], params["VEC"], problem.shape[-1])
-        if bx < params["BX"]:
+        if params["BX"] < WARP:  # a narrow form, tuned for narrow rows: as wide as these rows need, up to a warp
+            bx = narrowed_bx(WARP, params["VEC"], problem.shape[-1])
+        if bx != params["BX"]:
             params["BX"] = bx
             params["ROW_SPLIT"] = column_splits(problem.shape, bx * params["VEC"])
         if params.get("ROW_SPLIT", 1) > 1:
