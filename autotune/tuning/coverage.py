@@ -53,7 +53,7 @@ from ..core.registry import family as family_named
 from ..core.space import config_key, load_space
 from .matrix import CrossMatrix, file_name, write_matrix
 from .records import COMPILE_TIMEOUT_S, Measurement, give_up_after, job_for, owner_dead, owner_here
-from .provenance import PROVENANCE_ATTR, provenance
+from .provenance import provenance, tie_study
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 
 METHODS = ("cross", "tune")
@@ -282,11 +282,9 @@ class CoverageRun:
         """Record on a new study what its kernels are made with, and say so where an older study of the case
         measured kernels made otherwise (its rows are not used: a candidate's cell is the time of the kernel that
         the templates and the family's fitting made of it then)."""
-        if PROVENANCE_ATTR not in self.study.user_attrs:
-            self.study.set_user_attr(PROVENANCE_ATTR, dict(self.provenance.parts))
-        if older is None or self.study.get_trials(deepcopy=False):
+        changed = tie_study(self.study, self.provenance, older)
+        if changed is None:
             return
-        changed = self.provenance.changes_from(older.user_attrs.get(PROVENANCE_ATTR))
         self.report(f"{self.case}: the kernels changed since the study {older.name!r} measured {older.trials} "
                     f"shape(s) ({changed}): its rows are not used; starting {self.study.study_name!r} (the old one "
                     f"stays in the storage)")

@@ -57,6 +57,16 @@ class Provenance:
         return ", ".join(changed) or "nothing that this autotune records"
 
 
+def tie_study(study, now: Provenance, older) -> str | None:
+    """Record ``now`` on ``study`` where it has no provenance yet; where the study is new (no trials) and replaces
+    ``older`` (a ``storage.EarlierStudy`` of another provenance, or None), what changed since, in words (else None)."""
+    if PROVENANCE_ATTR not in study.user_attrs:
+        study.set_user_attr(PROVENANCE_ATTR, dict(now.parts))
+    if older is None or study.get_trials(deepcopy=False):
+        return None
+    return now.changes_from(older.user_attrs.get(PROVENANCE_ATTR))
+
+
 def provenance(problem: Problem, space_path: str | None = None) -> Provenance:
     """What a study of ``problem`` measures with, as this process finds it now (the files are read each call)."""
     from .. import __version__

@@ -28,7 +28,7 @@ from ..runtime.compiler import arch
 from .compile_queue import CompileQueue, Compiling
 from .evaluate import compile_variant
 from .policy import SearchPolicy, make_sampler
-from .provenance import PROVENANCE_ATTR, provenance
+from .provenance import provenance, tie_study
 from .records import Outcome, give_up_after, job_for, owner_dead, owner_here
 from .settings import TuneConfig, TuneResult
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
@@ -92,11 +92,9 @@ class Tuner:
     def _tie_to_provenance(self, older: EarlierStudy | None) -> None:
         """Record on a new study what it measures with, and say so where it replaces an older study of the same
         problem (whose trials measured another kernel and are not used)."""
-        if PROVENANCE_ATTR not in self.study.user_attrs:
-            self.study.set_user_attr(PROVENANCE_ATTR, dict(self.provenance.parts))
-        if older is None or self.study.get_trials(deepcopy=False):
+        changed = tie_study(self.study, self.provenance, older)
+        if changed is None:
             return
-        changed = self.provenance.changes_from(older.user_attrs.get(PROVENANCE_ATTR))
         self.report(f"the kernel changed since the study {older.name!r} measured {older.trials} trial(s) ({changed}): "
                     f"they are not used; starting a fresh study {self.name!r} (the old one stays in the storage)")
 
