@@ -416,8 +416,8 @@ class MatmulFamily(KernelFamily):
         does, the largest that keeps two K tiles per split; SPLIT_ADD kept where the configuration had one and it
         is valid, else the first valid way of combining; clamped edges exactly where the tiles overhang M or N.
         A wgmma configuration is split only where its tiles leave most SMs idle and K is long
-        (``_wgmma_split``), its slices combined by the last block (with one block per tile), else kept unsplit
-        as given. A gemv configuration of a skinny problem takes the short side's passes and the K split that fit the shape
+        (``_wgmma_split``), its slices combined by the last block (with one block per tile), else unsplit. A
+        gemv configuration of a skinny problem takes the short side's passes and the K split that fit the shape
         (``gemv.starts``' first form). A batched problem's blocks count every matrix's."""
         if gemv.is_gemv(params):
             return self._fit_gemv(params, problem, device, space)

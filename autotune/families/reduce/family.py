@@ -193,10 +193,10 @@ class ReduceFamily(KernelFamily):
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
         """Down columns: on rows narrower than the configuration's columns per block, as many threads across as
         they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
-        rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those blocks
-        (``column_splits``; the configuration's own were fitted to another array); then at most as many row splits as leave each
-        split MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per
-        block, each combined with an atomic). The rest as given."""
+        rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
+        blocks (``column_splits``; the configuration's own were fitted to another array); then at most as many
+        row splits as leave each split MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a
+        64-row matrix one row per block, each combined with an atomic). The rest as given."""
         given, params = params, dict(params)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
