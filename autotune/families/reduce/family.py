@@ -200,9 +200,8 @@ class ReduceFamily(KernelFamily):
         given, params = params, dict(params)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
-        bx = narrowed_bx(params["BX"], params["VEC"], problem.shape[-1])
-        if params["BX"] < WARP:  # a narrow form, tuned for narrow rows: as wide as these rows need, up to a warp
-            bx = narrowed_bx(WARP, params["VEC"], problem.shape[-1])
+        widest = max(params["BX"], WARP)  # a narrow form was tuned for narrow rows: these may need up to a warp
+        bx = narrowed_bx(widest, params["VEC"], problem.shape[-1])
         if bx != params["BX"]:
             params["BX"] = bx
             params["ROW_SPLIT"] = column_splits(problem.shape, bx * params["VEC"])
