@@ -474,7 +474,8 @@ def test_the_family_fits_the_choice_to_the_shape():
 @pytest.mark.parametrize("tma", [0, 1])
 def test_a_wgmma_choice_is_split_only_where_few_tiles_meet_a_long_k(tma):
     """wgmma tiles are split over K (combined by the last block, one block per tile) where they fill less than half
-    a wave and each slice keeps 8 K tiles; elsewhere unsplit, a split of the configuration's own dropped."""
+    a wave, each slice keeps 8 K tiles and the slices' blocks are resident at once; elsewhere unsplit, a split of
+    the configuration's own dropped."""
     impl, space = Problem("matmul", (8, 8, 8), "float16").impl, load_space("matmul")
     h100 = DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
     given = {"BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": tma, "ASYNC_STAGES": 4}
@@ -492,6 +493,8 @@ def test_a_wgmma_choice_is_split_only_where_few_tiles_meet_a_long_k(tma):
     assert (few["SPLIT_K"], few["SPLIT_ADD"]) == (8, "last_block") and few.get("SCHEDULE", "tile") == "tile"
     assert fitted((100, 100, 9000))["SPLIT_K"] == 16  # 1 tile, 140 K steps: the largest split keeping 8 a slice
     assert fitted((8192, 128, 8192))["SPLIT_K"] == 2  # 64 tiles: 2 slices of 64 steps fill 128 blocks
+    # 55 tiles of 52 K steps, one block a SM: 4 slices would fill 90% of a wave, but in 220 blocks, two waves
+    assert fitted((6973, 73, 3328))["SPLIT_K"] == 2
     for shape in ((1000, 1000, 1000), (1024, 1024, 1024), (4096, 4096, 4096), (12928, 56, 6472), (8, 8, 8)):
         # 64 tiles of 15.6 or 16 K steps (2 slices save 8 steps, less than the combining costs); tiles of half a
         # wave or more; K of one tile

@@ -426,9 +426,9 @@ class MatmulFamily(KernelFamily):
         shape, splits = dims(problem.shape), space.params["SPLIT_K"].values
         base = {k: v for k, v in params.items() if k not in ("SPLIT_K", "SPLIT_ADD")}
         if is_wgmma(params):
-            split = _wgmma_split(base, shape, device.sm_count, splits)
-            adds: tuple[str, ...] = ("last_block",)
             split_base = {**base, "SCHEDULE": "tile"} if is_tma(base) else base  # a split takes a block per tile
+            split = _wgmma_split(split_base, shape, device.sm_count, splits, numpy_dtype(problem.dtype).itemsize)
+            adds: tuple[str, ...] = ("last_block",)
         else:
             _, M, N, _ = shape
             base["EDGE"] = "clamp" if M % base["BM"] or N % base["BN"] else "interior"
@@ -556,25 +556,33 @@ def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], s
 #: WGMMA_SPLIT_SAVED_STEPS, and each slice keeps WGMMA_SPLIT_MIN_STEPS K tiles.
 WGMMA_SPLIT_SAVED_STEPS = 16
 WGMMA_SPLIT_MIN_STEPS = 8
+#: Shared memory of one SM of compute capability 9.0, and what the driver reserves of it for each block.
+SM_SHARED_BYTES = 228 * 1024
+SHARED_PER_BLOCK = 1024
 
 
-def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits) -> int:
+def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits,
+                 itemsize: int) -> int:
     """``fit_config``'s K split of a wgmma configuration (``shape``: B x M x N x K): 1 where its tiles fill half a
-    wave of blocks or more; else the smallest split that fills 90% of a wave among those that save more than
-    WGMMA_SPLIT_SAVED_STEPS K steps and keep WGMMA_SPLIT_MIN_STEPS K tiles a slice, or where none does, the
-    largest of those (1 where there is none). A variant that cannot split (the register-fed tf32 and 3xtf32 ones:
-    ``wgmma_split_fits``) stays unsplit when ``fit_config`` validates the split form.
+    wave of blocks or more; else, among the splits that save more than WGMMA_SPLIT_SAVED_STEPS K steps, keep
+    WGMMA_SPLIT_MIN_STEPS K tiles a slice and whose blocks are all resident at once (as many a SM as its shared
+    memory allows), the smallest that fills 90% of a wave, or where none does, the largest (1 where there is none).
+    A variant that cannot split (the register-fed tf32 and 3xtf32 ones: ``wgmma_split_fits``) stays unsplit when
+    ``fit_config`` validates the split form.
 
     The tensor cores make a K step short, so the combining that CUDA-core tiles amortize in two K tiles needs a
     long K here: 1000^3 in 64 tiles of 128 x 128 (16 K steps) was tuned unsplit on the H100, and shapes of a few
-    tiles with long K (1024 x 128 x 7992: 8 tiles of 128 x 256 and 125 K steps) ran at 0.24-0.4x cuBLAS unsplit."""
+    tiles with long K (1024 x 128 x 7992: 8 tiles of 128 x 256 and 125 K steps) ran at 0.24-0.4x cuBLAS unsplit.
+    A second wave of slices costs more than it saves: 6973 x 73 x 3328 in 55 tiles of 128 x 128 (one block a SM)
+    ran 0.83x as fast split in 4 (220 blocks) as unsplit on the H200."""
     batch, M, N, K = shape
     blocks = -(-M // start["BM"]) * -(-N // start["BN"]) * batch
     if 2 * blocks >= sm_count:
         return 1
     steps = K / start["BK"]
+    resident = sm_count * max(1, SM_SHARED_BYTES // (matmul_shared_bytes(start, itemsize, 4) + SHARED_PER_BLOCK))
     keeping = [s for s in splits if s > 1 and steps >= WGMMA_SPLIT_MIN_STEPS * s
-               and steps * (1 - 1 / s) > WGMMA_SPLIT_SAVED_STEPS]
+               and steps * (1 - 1 / s) > WGMMA_SPLIT_SAVED_STEPS and blocks * s <= resident]
     filling = [s for s in keeping if blocks * s >= 0.9 * sm_count]
     return min(filling) if filling else max(keeping, default=1)
 
