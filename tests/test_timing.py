@@ -63,10 +63,16 @@ def _bench_on(monkeypatch, runs_ms, **kw):
     return bench(clock.run, **kw), clock
 
 
-def test_a_first_run_slower_than_the_give_up_time_is_the_whole_timing(monkeypatch):
-    """An untimed run, then the first timed run: over the give-up time, it is the timing."""
-    timing, clock = _bench_on(monkeypatch, [50.0] * 100, give_up_ms=5.0)
-    assert clock.calls == 2 and timing.reps == 1 and timing.median_ms == 50.0 and timing.meaningful
+def test_two_first_runs_slower_than_the_give_up_time_are_the_whole_timing(monkeypatch):
+    """An untimed run, then the first two timed runs: both over the give-up time, they are the timing."""
+    timing, clock = _bench_on(monkeypatch, [50.0, 50.0, 60.0] + [1.0] * 100, give_up_ms=5.0)
+    assert clock.calls == 3 and timing.reps == 2 and timing.median_ms == 55.0 and timing.meaningful
+
+
+def test_one_stalled_run_does_not_give_a_candidate_up(monkeypatch):
+    """A first timed run over the give-up time and a second within it: the candidate is timed in full."""
+    timing, clock = _bench_on(monkeypatch, [1.0, 50.0] + [1.0] * 200, give_up_ms=5.0, warmup_ms=0.0, rep_ms=10.0)
+    assert timing.reps == 10 and clock.calls == 14 and timing.median_ms == 1.0
 
 
 def test_a_candidate_within_the_give_up_time_is_timed_in_full(monkeypatch):

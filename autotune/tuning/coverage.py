@@ -10,7 +10,7 @@ Two methods, both resumable and splittable over GPUs and hosts:
   covering every value of every parameter. Each is fitted to
   each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
   (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes
-  it takes (``--rep-ms``, 20 ms of runs a cell; one run where it is ten times the row's fastest so far). The
+  it takes (``--rep-ms``, 20 ms of runs a cell; two runs where both are ten times the row's fastest so far). The
   work waits on the GPUs rather than on compiles, so it scales with them.
 - ``tune``: a search per shape (``Tuner``, ``--trials`` and ``--budget-s`` each), one shape per GPU at a time, each
   GPU with its share of the compile processes; slower per shape, and the way to find new winners for the matrix.
@@ -478,7 +478,7 @@ class CoverageRun:
     def _measure_row(self, worker, problem: Problem, futures: dict[str, Any]):
         """Every candidate's fitted form checked and timed on the problem: a time (ms) or the stage where it
         failed per candidate, and the fastest (index, params, measurement) or None. A candidate far behind the
-        row's fastest so far is timed by one run (``records.give_up_after``)."""
+        row's fastest so far is timed by two runs (``records.give_up_after``)."""
         cells: list[float | str] = []
         best = None
         for index, form in enumerate(self._forms(problem)):

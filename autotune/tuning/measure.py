@@ -82,11 +82,13 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
     """Median time of ``fn()`` in milliseconds, each run timed alone between two CUDA events (in the simulator:
     one run on the host clock, flagged not meaningful).
 
-    ``give_up_ms``: a first timed run slower than this is the whole timing (one rep). The caller sets it far above
-    the best time known for the problem, so such a candidate cannot win, and its full timing (at least 13 runs)
-    would cost seconds on a large problem for nothing: a row of slow candidates once held a coverage call for
-    minutes. That run comes after an untimed one, which pays what a first call on these arrays costs once (a TMA
-    kernel makes its tensor maps per operand, on the host, and copies them to the device)."""
+    ``give_up_ms``: where the first two timed runs are both slower than this, they are the whole timing (two
+    reps). The caller sets it far above the best time known for the problem, so such a candidate cannot win, and
+    its full timing (at least 13 runs) would cost seconds on a large problem for nothing: a row of slow candidates
+    once held a coverage call for minutes. Two runs, not one, so that a single stall of the machine does not give
+    up a fast candidate (its time would enter a coverage matrix, and the rules fitted on it, as the candidate's).
+    They come after an untimed run, which pays what a first call on these arrays costs once (a TMA kernel makes
+    its tensor maps per operand, on the host, and copies them to the device)."""
     if simulator:
         return _host_bench(fn, reps=1)
     from numba import cuda
@@ -102,14 +104,15 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
         end.synchronize()
         return cuda.event_elapsed_time(start, end)
 
+    first: list[float] = []
     if give_up_ms is not None:
         fn()
         first = [timed()]
         if first[0] > give_up_ms:
-            return Timing(first[0], first[0], first[0], 1)
-        first += [timed() for _ in range(2)]
-    else:
-        first = [timed() for _ in range(3)]
+            first.append(timed())
+            if min(first) > give_up_ms:
+                return Timing(statistics.median(first), min(first), max(first), 2)
+    first += [timed() for _ in range(3 - len(first))]
     estimate = max(statistics.median(first), 1e-3)
     for _ in range(max(0, int(warmup_ms / estimate) - 3)):
         timed()

@@ -52,7 +52,8 @@ def job_for(problem, params: dict[str, Any], space_path: str | None = None, rep_
                give_up_ms=give_up_ms)
 
 
-#: A candidate whose first timed run is this many times the best time known for its problem is not timed further.
+#: A candidate whose first two timed runs are this many times the best time known for its problem is not timed
+#: further.
 GIVE_UP_FACTOR = 10.0
 
 

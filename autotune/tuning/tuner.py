@@ -303,7 +303,7 @@ class Tuner:
 
     def _evaluate(self, worker: Worker, the_job, item: Compiling, give_up: bool = True) -> Outcome | None:
         """The trial's outcome; None where its compile was cancelled because the run stopped (nothing to tell).
-        ``give_up``: a trial far behind the study's best is timed by one run (``records.give_up_after``); the seed
+        ``give_up``: a trial far behind the study's best is timed by two runs (``records.give_up_after``); the seed
         is timed in full, as its time is recorded as the baseline, whenever it comes (a resumed study has a best)."""
         if item.timed_out:
             return Outcome(ok=False, stage="compile", compile_s=self.config.compile_timeout_s,
