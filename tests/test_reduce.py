@@ -473,7 +473,8 @@ def test_narrowed_threads_across_span_the_columns_in_a_power_of_two():
 @pytest.mark.parametrize("axis", [0, -2])
 def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_to_it(axis):
     """A configuration tuned on a wide array, chosen for a tall narrow one, gets as few threads across as the
-    rows need and the row splits that fill a GPU with those blocks; on a wide array it stays as given."""
+    rows need and the row splits that fill a GPU with those blocks; so does one whose splits give less than half a
+    wave of blocks walking long rows. On a wide array it stays as given."""
     from autotune.core.device import DeviceInfo
     from autotune.core.problem import Problem
 
@@ -494,7 +495,16 @@ def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_
     assert fitted((6206720, 4)) == {**wide, "BX": 2, "ROW_SPLIT": most}
     assert fitted((3887488, 31)) == {**wide, "BX": 16, "ROW_SPLIT": most}
     assert fitted((300, 3)) == {**wide, "BX": 2, "ROW_SPLIT": 4}  # more splits would leave fewer than 64 rows
-    assert fitted((262144, 64)) == wide and fitted((100, 4096)) == {**wide, "ROW_SPLIT": 8}  # 8 rows a split
+    assert fitted((65536, 4096)) == wide and fitted((100, 4096)) == {**wide, "ROW_SPLIT": 8}  # 8 rows a split
+    # one column block of 64 splits: 64 blocks of 4096 rows, less than half a wave, given splits that fill the GPU
+    # (3 matrices: 192 blocks, as given)
+    assert fitted((262144, 64)) == ({**wide, "ROW_SPLIT": 1024} if axis == 0 else wide)
+    unsplit = space.validate({**wide, "ROW_SPLIT": 1}, dtype="float32", args=args)  # tuned on a wide array
+    problem = Problem("reduce", lead + (509504, 416), "float32", args)  # 7 blocks of 509504 rows took 90 ms
+    assert problem.impl.fit_config(unsplit, problem, device, space)["ROW_SPLIT"] == (256 if axis == 0 else 64)
+    for shape in ((512, 512), (16384, 16384)):  # few blocks of few rows; most of a wave: as given
+        problem = Problem("reduce", lead + shape, "float32", args)
+        assert problem.impl.fit_config(unsplit, problem, device, space) == unsplit
     narrow = space.validate({**wide, "BX": 1, "ROW_SPLIT": 1024}, dtype="float32", args=args)  # tuned on 2 columns
     for shape, bx in (((100000, 4096), 32), ((100000, 5), 4), ((100000, 2), 1)):
         problem = Problem("reduce", lead + shape, "float32", args)

@@ -25,12 +25,17 @@ def column_splits(shape: tuple[int, ...], columns_per_block: int, target_blocks:
     blocks (8 per SM of a 132-SM GPU) while each split keeps at least ``min_rows`` rows: without splits a few
     thousand columns give the kernel only a few dozen blocks, and a tall array of a few columns one block, and the
     GPU idles."""
-    rows = max(1, shape[-2])
-    column_blocks = -(-math.prod(shape) // rows // columns_per_block)
+    rows, blocks = max(1, shape[-2]), column_blocks(shape, columns_per_block)
     split = 1
-    while split < MAX_ROW_SPLIT and column_blocks * split < target_blocks and rows // (2 * split) >= min_rows:
+    while split < MAX_ROW_SPLIT and blocks * split < target_blocks and rows // (2 * split) >= min_rows:
         split *= 2
     return split
+
+
+def column_blocks(shape: tuple[int, ...], columns_per_block: int) -> int:
+    """Blocks of ``columns_per_block`` columns the column kernel needs across an array of ``shape`` (rows
+    ``shape[-2]``), before any row split."""
+    return -(-math.prod(shape) // max(1, shape[-2]) // columns_per_block)
 
 
 def narrowed_bx(bx: int, vec: int, columns: int) -> int:

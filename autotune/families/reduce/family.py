@@ -27,6 +27,7 @@ from .config import (
     OPS,
     ORDERED,
     accumulator_dtype,
+    column_blocks,
     column_splits,
     identity,
     identity_source,
@@ -42,6 +43,7 @@ from .reference import expected_result, with_values_planted
 
 HERE = Path(__file__).resolve().parent
 WARP = 32
+LONG_SPLIT_ROWS = 1024  # rows a block of a column reduction that fills less than half a wave walks at most, as given
 MIN_SPLIT_ROWS = 8  # rows each row split of a column reduction keeps at least, where a rule fits it to a shape
 
 class ReduceFamily(KernelFamily):
@@ -194,17 +196,22 @@ class ReduceFamily(KernelFamily):
         """Down columns: on rows narrower than the configuration's columns per block, as many threads across as
         they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
         rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
-        blocks (``column_splits``; the configuration's own were fitted to another array); then at most as many
-        row splits as leave each split MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a
-        64-row matrix one row per block, each combined with an atomic). The rest as given."""
+        blocks (``column_splits``; the configuration's own were fitted to another array). Threads across kept,
+        the configuration's own row splits, unless they give less than half a wave of blocks, each of more than
+        LONG_SPLIT_ROWS rows: then those (one tuned unsplit on a wide array gave 509504 x 416 two blocks, 90 ms
+        where 0.22 ms was reached; on small arrays the fastest forms are few blocks of a few hundred rows). Then
+        at most as many row splits as leave each split
+        MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per block,
+        each combined with an atomic). The rest as given."""
         given, params = params, dict(params)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
         widest = max(params["BX"], WARP)  # a narrow form was tuned for narrow rows: these may need up to a warp
         bx = narrowed_bx(widest, params["VEC"], problem.shape[-1])
-        if bx != params["BX"]:
-            params["BX"] = bx
-            params["ROW_SPLIT"] = column_splits(problem.shape, bx * params["VEC"])
+        split = params.get("ROW_SPLIT", 1)
+        if bx != params["BX"] or (column_blocks(problem.shape, bx * params["VEC"]) * split < device.sm_count / 2
+                                  and problem.shape[-2] // split > LONG_SPLIT_ROWS):
+            params["BX"], params["ROW_SPLIT"] = bx, column_splits(problem.shape, bx * params["VEC"])
         if params.get("ROW_SPLIT", 1) > 1:
             rows = problem.shape[-2]
             split = params["ROW_SPLIT"]
