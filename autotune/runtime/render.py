@@ -92,13 +92,11 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _completed(source: str, filename: str) -> str:
-    """``source`` with its imports filled in (``fill_imports``: it parses the source, so a syntax error may show
-    there first), checked to compile. Remembered per text in this process: rendering the same configuration again
-    (each build of a kernel renders it) makes the same text, and its imports and the compile check are most of the
-    cost of a render. A text that fails raises each time (an exception is not remembered)."""
-    source = fill_imports(source)
-    compile(source, filename, "exec")
-    return source
+    """``source`` checked to compile, with its imports filled in (``fill_imports``, from the names of the code
+    compiled). Remembered per text in this process: rendering the same configuration again (each build of a
+    kernel renders it) makes the same text, and its imports and the compile check are most of the cost of a
+    render. A text that fails raises each time (an exception is not remembered)."""
+    return fill_imports(source, compile(source, filename, "exec"))
 
 
 def _syntax_error(exc: jinja2.TemplateSyntaxError) -> str:
@@ -117,16 +115,18 @@ def _template_line(exc: BaseException) -> str | None:
     return frames[0] if len(frames) == 1 else f"{frames[0]} (in {', in '.join(frames[1:])})"
 
 
-def fill_imports(source: str) -> str:
+def fill_imports(source: str, code=None) -> str:
     """Replace the header's import mark with imports of exactly the names the module uses: ``math``, NumPy as
     ``np`` (simulator renderings: stand-ins of tensor-core instructions), Numba's
     ``cuda`` and scalar types, and the intrinsics of ``autotune.kernels.intrinsics``, ``autotune.kernels.wgmma`` and
-    ``autotune.kernels.tma`` (code, not comments, counts)."""
+    ``autotune.kernels.tma`` (code, not comments, counts). ``code``: the source compiled, where the caller has
+    compiled it already."""
     if IMPORTS_MARK not in source:
         return source
     from ..kernels import intrinsics, tma, wgmma
 
-    used = _names(source) - _defined(source)
+    importable = {"math", "np", *NUMBA_NAMES, *NUMBA_TYPES, *intrinsics.__all__, *wgmma.__all__, *tma.__all__}
+    used = _names(source, code or compile(source, "<autotune render>", "exec"), importable)
     lines = (["import math"] if "math" in used else []) + (["import numpy as np"] if "np" in used else [])
     lines += [""] if lines else []
     numba = [n for n in NUMBA_NAMES if n in used]
@@ -143,26 +143,22 @@ def fill_imports(source: str) -> str:
     return head + "\n".join(lines) + "\n\n" + body.lstrip("\n")
 
 
-def _names(source: str) -> set[str]:
-    import io
-    import tokenize
+def _names(source: str, code, importable: set[str]) -> set[str]:
+    """Which of the ``importable`` names the module's code uses, less those it defines at its top level itself (a
+    simulator stand-in of an intrinsic, say). The compiled code names every name and attribute it touches
+    (``co_names``, ``co_varnames`` of each code object); of those, a name counts where the source has it bare
+    somewhere, not only after a dot (``np.float32`` is no use of ``float32``). Tokenizing the source instead took
+    most of a large render's time."""
+    import re
 
-    body = source.replace(IMPORTS_MARK, "")
-    names, previous = set(), None
-    for tok in tokenize.generate_tokens(io.StringIO(body).readline):
-        if tok.type == tokenize.NAME and previous != ".":  # an attribute (np.float32) is no use of a name
-            names.add(tok.string)
-        previous = tok.string
-    return names
-
-
-def _defined(source: str) -> set[str]:
-    """Names the module defines itself (a simulator stand-in of an intrinsic, say)."""
-    import ast
-
-    tree = ast.parse(source.replace(IMPORTS_MARK, ""))
-    return {node.name for node in tree.body if isinstance(node, (ast.FunctionDef, ast.ClassDef))} | \
-        {t.id for node in tree.body if isinstance(node, ast.Assign) for t in node.targets if isinstance(t, ast.Name)}
+    touched: set[str] = set()
+    pending = [code]
+    while pending:
+        co = pending.pop()
+        touched.update(co.co_names, co.co_varnames)
+        pending.extend(c for c in co.co_consts if hasattr(c, "co_names"))
+    defined = {a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=(?!=)", source, re.MULTILINE)}
+    return {name for name in (touched & importable) - defined if re.search(rf"(?<![\w.]){name}\b", source)}
 
 
 def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:
