@@ -495,6 +495,11 @@ def test_a_wgmma_choice_is_split_only_where_few_tiles_meet_a_long_k(tma):
     assert fitted((8192, 128, 8192))["SPLIT_K"] == 2  # 64 tiles: 2 slices of 64 steps fill 128 blocks
     # 55 tiles of 52 K steps, one block a SM: 4 slices would fill 90% of a wave, but in 220 blocks, two waves
     assert fitted((6973, 73, 3328))["SPLIT_K"] == 2
+    # in 3 stages two blocks' shared memory fits a SM, but with the TMA's producer the registers of 384 threads
+    # (about 96 each) do not; without it, 256 threads a block, two fit
+    shallow = space.validate({**given, **own, "ASYNC_STAGES": 3}, dtype="float16", args=ARGS)
+    problem = Problem("matmul", (6973, 73, 3328), "float16")
+    assert impl.fit_config(shallow, problem, h100, space)["SPLIT_K"] == (2 if tma else 4)
     for shape in ((1000, 1000, 1000), (1024, 1024, 1024), (4096, 4096, 4096), (12928, 56, 6472), (8, 8, 8)):
         # 64 tiles of 15.6 or 16 K steps (2 slices save 8 steps, less than the combining costs); tiles of half a
         # wave or more; K of one tile

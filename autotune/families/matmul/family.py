@@ -556,17 +556,31 @@ def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], s
 #: WGMMA_SPLIT_SAVED_STEPS, and each slice keeps WGMMA_SPLIT_MIN_STEPS K tiles.
 WGMMA_SPLIT_SAVED_STEPS = 16
 WGMMA_SPLIT_MIN_STEPS = 8
-#: Shared memory of one SM of compute capability 9.0, and what the driver reserves of it for each block.
+#: Shared memory and registers of one SM of compute capability 9.0, what the driver reserves of its shared memory
+#: for each block, and the registers a wgmma kernel's thread takes beside its BN / 2 accumulators (about 95 in all
+#: for 128 x 128 tiles, from ptxas).
 SM_SHARED_BYTES = 228 * 1024
 SHARED_PER_BLOCK = 1024
+SM_REGISTERS = 65536
+WGMMA_REGISTERS_BESIDE_C = 32
+
+
+def wgmma_blocks_per_sm(params: Mapping[str, Any], itemsize: int) -> int:
+    """Blocks of a wgmma configuration one SM holds at once (at least 1), by its shared memory and by an estimate
+    of its registers: each thread of a warpgroup (64 rows) keeps BN / 2 float32 accumulators, and every thread of
+    the block, the TMA's producer too, is given the same count (rounded up to 8)."""
+    by_shared = SM_SHARED_BYTES // (matmul_shared_bytes(params, itemsize, 4) + SHARED_PER_BLOCK)
+    registers = -(-(params["BN"] // 2 + WGMMA_REGISTERS_BESIDE_C) // 8) * 8
+    by_registers = SM_REGISTERS // (matmul_threads(params) * registers)
+    return max(1, min(by_shared, by_registers))
 
 
 def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_count: int, splits,
                  itemsize: int) -> int:
     """``fit_config``'s K split of a wgmma configuration (``shape``: B x M x N x K): 1 where its tiles fill half a
     wave of blocks or more; else, among the splits that save more than WGMMA_SPLIT_SAVED_STEPS K steps, keep
-    WGMMA_SPLIT_MIN_STEPS K tiles a slice and whose blocks are all resident at once (as many a SM as its shared
-    memory allows), the smallest that fills 90% of a wave, or where none does, the largest (1 where there is none).
+    WGMMA_SPLIT_MIN_STEPS K tiles a slice and whose blocks are all resident at once (``wgmma_blocks_per_sm``), the
+    smallest that fills 90% of a wave, or where none does, the largest (1 where there is none).
     A variant that cannot split (the register-fed tf32 and 3xtf32 ones: ``wgmma_split_fits``) stays unsplit when
     ``fit_config`` validates the split form.
 
@@ -580,7 +594,7 @@ def _wgmma_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], sm_
     if 2 * blocks >= sm_count:
         return 1
     steps = K / start["BK"]
-    resident = sm_count * max(1, SM_SHARED_BYTES // (matmul_shared_bytes(start, itemsize, 4) + SHARED_PER_BLOCK))
+    resident = sm_count * wgmma_blocks_per_sm(start, itemsize)
     keeping = [s for s in splits if s > 1 and steps >= WGMMA_SPLIT_MIN_STEPS * s
                and steps * (1 - 1 / s) > WGMMA_SPLIT_SAVED_STEPS and blocks * s <= resident]
     filling = [s for s in keeping if blocks * s >= 0.9 * sm_count]
