@@ -903,8 +903,8 @@ def test_a_failure_every_variant_shares_is_reported_in_full_once_with_its_traceb
 
 
 def test_a_trial_is_timed_with_a_give_up_time_ten_times_the_studys_best(tmp_path):
-    """Once the study has a best, a trial's job carries ``give_up_ms`` (records.give_up_after): a first run far
-    behind it is the trial's whole timing; before any best there is none, and the seed never has one."""
+    """Once the study has a best, a trial's job carries ``give_up_ms`` (records.give_up_after): two first runs far
+    behind it are the trial's whole timing; before any best there is none, and the seed never has one."""
     import concurrent.futures as cf
 
     from autotune.tuning.compile_queue import Compiling

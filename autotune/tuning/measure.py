@@ -83,7 +83,7 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
     one run on the host clock, flagged not meaningful).
 
     ``give_up_ms``: where the first two timed runs are both slower than this, they are the whole timing (two
-    reps). The caller sets it far above the best time known for the problem, so such a candidate cannot win, and
+    reps), the faster one its time (a stall in one cannot make the candidate look slower than it is). The caller sets it far above the best time known for the problem, so such a candidate cannot win, and
     its full timing (at least 13 runs) would cost seconds on a large problem for nothing: a row of slow candidates
     once held a coverage call for minutes. Two runs, not one, so that a single stall of the machine does not give
     up a fast candidate (its time would enter a coverage matrix, and the rules fitted on it, as the candidate's).
@@ -111,7 +111,7 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
         if first[0] > give_up_ms:
             first.append(timed())
             if min(first) > give_up_ms:
-                return Timing(statistics.median(first), min(first), max(first), 2)
+                return Timing(min(first), quantile(first, 0.2), quantile(first, 0.8), 2)
     first += [timed() for _ in range(3 - len(first))]
     estimate = max(statistics.median(first), 1e-3)
     for _ in range(max(0, int(warmup_ms / estimate) - 3)):

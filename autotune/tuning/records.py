@@ -34,7 +34,7 @@ class Job:
     space: str | None = None
     #: the timing budget in ms (None: ``measure.bench``'s default); a cross-time matrix times many cells briefly
     rep_ms: float | None = None
-    #: a first run slower than this ends the timing there (``measure.bench``): far behind the best known already
+    #: two first runs slower than this end the timing there (``measure.bench``): far behind the best known already
     give_up_ms: float | None = None
 
     def problem(self):
