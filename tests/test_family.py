@@ -547,15 +547,22 @@ def test_autotune_softmax_follows_numpys_formula_with_out_streams_and_replayed_p
 
 
 def test_a_render_imports_exactly_the_names_its_code_uses():
-    """The import mark becomes imports of the names the code uses bare: not those only after a dot
-    (``np.float32``), only in a comment or a string, or defined by the module itself; names of the code, not of
-    the text, so a local variable that shadows nothing is left alone."""
+    """The import mark becomes imports of the names the code uses bare (annotations too, which run when the
+    module is imported): not those only after a dot (``np.float64``), only in a comment or a string, or bound by
+    the module's own top level (not by a line of a string that looks like an assignment)."""
+    import re
+
     from autotune.runtime.render import IMPORTS_MARK, fill_imports
 
     source = "\n".join([
         IMPORTS_MARK,
         "# int32 and uint16 in a comment",
         "def bf16_to_f32(x):  # a stand-in of an intrinsic, defined here",
+        "    return x",
+        "def helper(x: uint32):",
+        '    """a line at the margin:',
+        "cuda = no binding, only text",
+        '    """',
         "    return x",
         "@cuda.jit",
         "def kernel(a, out):",
@@ -566,9 +573,9 @@ def test_a_render_imports_exactly_the_names_its_code_uses():
         ""])
     filled = fill_imports(source)
     header = filled.split("# int32")[0]
-    assert "import math" in header and "from numba import cuda, float32\n" in header
+    assert "import math" in header and "from numba import cuda, float32, uint32\n" in header
     assert "import numpy as np" in header  # np is used bare; its attribute float64 is not a use of float64
     assert "from autotune.kernels.intrinsics import mul_add\n" in header
     for absent in ("float64", "int32", "uint16", "int64", "bf16_to_f32"):
-        assert absent not in header, absent
-    compile(filled, "<test>", "exec")
+        assert not re.search(rf"\b{absent}\b", header), absent
+    compile(filled, "<test>", "exec", dont_inherit=True)

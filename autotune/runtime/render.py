@@ -92,11 +92,15 @@ def render(family, template: str, context: Mapping[str, Any]) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _completed(source: str, filename: str) -> str:
-    """``source`` checked to compile, with its imports filled in (``fill_imports``, from the names of the code
-    compiled). Remembered per text in this process: rendering the same configuration again (each build of a
-    kernel renders it) makes the same text, and its imports and the compile check are most of the cost of a
-    render. A text that fails raises each time (an exception is not remembered)."""
-    return fill_imports(source, compile(source, filename, "exec"))
+    """``source`` with its imports filled in (``fill_imports``, from the names of its code compiled), checked to
+    compile as filled (an import mark in an indented block or before a ``__future__`` import would not).
+    Remembered per text in this process: rendering the same configuration again (each build of a kernel renders
+    it) makes the same text, and its imports and the compile checks are most of the cost of a render. A text that
+    fails raises each time (an exception is not remembered)."""
+    filled = fill_imports(source, compile(source, filename, "exec", dont_inherit=True))
+    if filled is not source:
+        compile(filled, filename, "exec", dont_inherit=True)
+    return filled
 
 
 def _syntax_error(exc: jinja2.TemplateSyntaxError) -> str:
@@ -126,7 +130,7 @@ def fill_imports(source: str, code=None) -> str:
     from ..kernels import intrinsics, tma, wgmma
 
     importable = {"math", "np", *NUMBA_NAMES, *NUMBA_TYPES, *intrinsics.__all__, *wgmma.__all__, *tma.__all__}
-    used = _names(source, code or compile(source, "<autotune render>", "exec"), importable)
+    used = _names(source, code or compile(source, "<autotune render>", "exec", dont_inherit=True), importable)
     lines = (["import math"] if "math" in used else []) + (["import numpy as np"] if "np" in used else [])
     lines += [""] if lines else []
     numba = [n for n in NUMBA_NAMES if n in used]
@@ -144,11 +148,12 @@ def fill_imports(source: str, code=None) -> str:
 
 
 def _names(source: str, code, importable: set[str]) -> set[str]:
-    """Which of the ``importable`` names the module's code uses, less those it defines at its top level itself (a
-    simulator stand-in of an intrinsic, say). The compiled code names every name and attribute it touches
-    (``co_names``, ``co_varnames`` of each code object); of those, a name counts where the source has it bare
-    somewhere, not only after a dot (``np.float32`` is no use of ``float32``). Tokenizing the source instead took
-    most of a large render's time."""
+    """Which of the ``importable`` names the module's code uses, less those its top level binds itself (a simulator
+    stand-in of an intrinsic, say). The compiled code names every name and attribute it touches (``co_names``,
+    ``co_varnames`` of each code object); of those, a name counts where the source has it bare somewhere, not only
+    after a dot (``np.float32`` is no use of ``float32``; one that is also bare in a comment is imported, unused).
+    Tokenizing the source instead took most of a large render's time."""
+    import dis
     import re
 
     touched: set[str] = set()
@@ -157,8 +162,8 @@ def _names(source: str, code, importable: set[str]) -> set[str]:
         co = pending.pop()
         touched.update(co.co_names, co.co_varnames)
         pending.extend(c for c in co.co_consts if hasattr(c, "co_names"))
-    defined = {a or b for a, b in re.findall(r"^(?:def|class)\s+(\w+)|^(\w+)\s*=(?!=)", source, re.MULTILINE)}
-    return {name for name in (touched & importable) - defined if re.search(rf"(?<![\w.]){name}\b", source)}
+    bound = {i.argval for i in dis.get_instructions(code) if i.opname in ("STORE_NAME", "STORE_GLOBAL")}
+    return {name for name in (touched & importable) - bound if re.search(rf"(?<![\w.]){name}\b", source)}
 
 
 def _wrapped(prefix: str, names: list[str], width: int = 116) -> list[str]:
