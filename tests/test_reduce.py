@@ -500,7 +500,7 @@ def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_
     # (3 matrices: 192 blocks, as given)
     assert fitted((262144, 64)) == ({**wide, "ROW_SPLIT": 1024} if axis == 0 else wide)
     unsplit = space.validate({**wide, "ROW_SPLIT": 1}, dtype="float32", args=args)  # tuned on a wide array
-    problem = Problem("reduce", lead + (509504, 416), "float32", args)  # 7 blocks of 509504 rows (such forms: 13-176 ms)
+    problem = Problem("reduce", lead + (509504, 416), "float32", args)  # 7 blocks of 509504 rows each
     assert problem.impl.fit_config(unsplit, problem, device, space)["ROW_SPLIT"] == (256 if axis == 0 else 64)
     for shape in ((512, 512), (16384, 16384)):  # few blocks of few rows; most of a wave: as given
         problem = Problem("reduce", lead + shape, "float32", args)

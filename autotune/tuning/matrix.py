@@ -3,8 +3,8 @@ a set, on one GPU model. ``autotune coverage`` measures it (tuning/coverage.py);
 from it (tuning/fit.py).
 
 A cell is the median time of the candidate *as its family fits it to that shape* (``KernelFamily.fit_config``:
-matmul's split-K and edge handling), which is what a lookup through a rule launches (two runs' time where both
-were ten times the row's fastest so far or slower: ``measure.bench``'s ``give_up_ms``); ``None`` where it was not
+matmul's split-K and edge handling), which is what a lookup through a rule launches (the faster of two runs where
+both were ten times the row's fastest so far or slower: ``measure.bench``'s ``give_up_ms``); ``None`` where it was not
 measured or failed (``failed`` says which and at what stage: a candidate that computes a wrong result on a shape
 must never be chosen there).
 

@@ -83,12 +83,13 @@ def bench(fn: Callable[[], None], *, flush: Callable[[], None] | None = None, wa
     one run on the host clock, flagged not meaningful).
 
     ``give_up_ms``: where the first two timed runs are both slower than this, they are the whole timing (two
-    reps), the faster one its time (a stall in one cannot make the candidate look slower than it is). The caller sets it far above the best time known for the problem, so such a candidate cannot win, and
-    its full timing (at least 13 runs) would cost seconds on a large problem for nothing: a row of slow candidates
-    once held a coverage call for minutes. Two runs, not one, so that a single stall of the machine does not give
-    up a fast candidate (its time would enter a coverage matrix, and the rules fitted on it, as the candidate's).
-    They come after an untimed run, which pays what a first call on these arrays costs once (a TMA kernel makes
-    its tensor maps per operand, on the host, and copies them to the device)."""
+    reps), the faster one its time. The caller sets it far above the best time known for the problem, so such a
+    candidate cannot win, and its full timing (at least 13 runs) would cost seconds on a large problem for
+    nothing: a row of slow candidates once held a coverage call for minutes. Two runs, not one, and the faster,
+    so that a single stall of the machine neither gives up a fast candidate nor makes a slow one look slower (its
+    time enters a coverage matrix, and the rules fitted on it). They come after an untimed run, which pays what a
+    first call on these arrays costs once (a TMA kernel makes its tensor maps per operand, on the host, and copies
+    them to the device)."""
     if simulator:
         return _host_bench(fn, reps=1)
     from numba import cuda
