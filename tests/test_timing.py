@@ -87,7 +87,7 @@ def test_a_candidate_within_the_give_up_time_is_timed_in_full(monkeypatch):
     assert timing.reps == 10 and clock.calls == 13 and timing.median_ms == 50.0
 
 
-def test_a_coverage_row_times_candidates_far_behind_its_fastest_by_one_run():
+def test_a_coverage_row_times_candidates_far_behind_its_fastest_with_a_give_up_time():
     """The give-up time of each cell is ten times the row's fastest so far, none for the first."""
     from types import SimpleNamespace
 

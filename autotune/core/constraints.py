@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 MAX_THREADS_PER_BLOCK = 1024
 MAX_STATIC_SHARED_BYTES = 48 * 1024  # more is dynamic shared memory, opted into at launch
 MAX_SHARED_BYTES = 227 * 1024  # the most one block may opt into (sm_90); a GPU with less fails the launch
+SM_SHARED_BYTES = 228 * 1024  # one SM's shared memory (sm_90), of which the driver keeps SHARED_PER_BLOCK a block
+SHARED_PER_BLOCK = 1024
+SM_REGISTERS = 65536  # one SM's registers, which also bound one block's (sm_70 to sm_90)
 
 
 @dataclass(frozen=True)

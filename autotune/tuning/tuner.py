@@ -20,6 +20,7 @@ import optuna
 from optuna.trial import TrialState
 
 from ..core import backend
+from ..core.constraints import SM_REGISTERS
 from ..core.device import DeviceInfo
 from ..core.log import logger
 from ..core.problem import Problem
@@ -34,7 +35,6 @@ from .settings import TuneConfig, TuneResult
 from .storage import EarlierStudy, earlier_study, journal_path, open_database, open_journal, open_study
 from .worker import CompilePool, CompilePools, Worker, compile_for_target
 
-MAX_REGISTERS_PER_BLOCK = 65536
 CONFIRM_TRIES = 3  # best configurations tried in turn before a run gives up on a confirmed winner
 LASTING_STAGES = ("compile", "load", "verify")  # failures a confirmation remembers for the study's later runs
 STOP_JOIN_S = 30.0  # how long an interrupted run waits for a GPU thread to leave the job it was on
@@ -320,10 +320,10 @@ class Tuner:
         resources = built.resources
         if resources:
             threads = self.problem.impl.threads(the_job.params)
-            if resources["registers"] * threads > MAX_REGISTERS_PER_BLOCK:
+            if resources["registers"] * threads > SM_REGISTERS:
                 return Outcome(ok=False, stage="pruned", resources=resources, compile_s=built.compile_s,
                                reason=f"{resources['registers']} registers x {threads} threads exceed the "
-                                      f"{MAX_REGISTERS_PER_BLOCK} registers of a multiprocessor")
+                                      f"{SM_REGISTERS} registers of a multiprocessor")
         give_up_ms = give_up_after(self._best_ms()) if give_up else None
         m = worker.run(the_job if give_up_ms is None else replace(the_job, give_up_ms=give_up_ms))
         return Outcome(ok=m.ok, stage=m.stage, reason=m.reason, timing=m.timing, rate=m.rate, resources=resources,

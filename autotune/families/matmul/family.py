@@ -28,6 +28,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ...core.constraints import SHARED_PER_BLOCK, SM_REGISTERS, SM_SHARED_BYTES
 from ...core.dtypes import HALF, numpy_dtype, retyped, storage
 from ...core.family import Case, FamilyArg, KernelFamily
 from ...core.oracle import compare_exact, compare_norm, relative_error, unwritten
@@ -556,12 +557,8 @@ def _fitting_split(start: Mapping[str, Any], shape: tuple[int, int, int, int], s
 #: WGMMA_SPLIT_SAVED_STEPS, and each slice keeps WGMMA_SPLIT_MIN_STEPS K tiles.
 WGMMA_SPLIT_SAVED_STEPS = 16
 WGMMA_SPLIT_MIN_STEPS = 8
-#: Shared memory and registers of one SM of compute capability 9.0, what the driver reserves of its shared memory
-#: for each block, and the registers a wgmma kernel's thread takes beside its BN / 2 accumulators (about 95 in all
-#: for 128 x 128 tiles, from ptxas).
-SM_SHARED_BYTES = 228 * 1024
-SHARED_PER_BLOCK = 1024
-SM_REGISTERS = 65536
+#: The registers a wgmma kernel's thread takes beside its BN / 2 accumulators (about 95 in all for 128 x 128 tiles,
+#: from ptxas).
 WGMMA_REGISTERS_BESIDE_C = 32
 
 

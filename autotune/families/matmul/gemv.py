@@ -28,6 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from ...core.constraints import SM_REGISTERS
+
 SKINNY = 16  # M or N up to this: a skinny problem, where the gemv kernel applies
 FILL_THREADS = 132 * 2048  # resident threads of an H100 (132 SMs x 2048): the default's target when no GPU is known
 MAX_ACCUMULATORS = 128  # per thread, as the tiled kernels' limit
@@ -137,7 +139,7 @@ def fitted(p: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[
     shape_form = form(args)
     found = {**p, "TS": short_pass(dims, args["skinny"])}
     while found["TS"] > 1 and (accumulators(found, shape_form) > MAX_ACCUMULATORS or
-                               registers(found, shape_form, dtype) > min(255, 65536 // found["BLOCK"])):
+                               registers(found, shape_form, dtype) > min(255, SM_REGISTERS // found["BLOCK"])):
         found["TS"] //= 2
     found["SPLIT_K"] = fill_split(found, dims, shape_form, args["skinny"], threads, splits)
     return found
@@ -181,7 +183,7 @@ def fits(p: Mapping[str, Any], ctx) -> str | None:
     products = count * p["UNROLL_K"] * (p["VEC"] if shape_form == "rows" else 1)
     if products > MAX_PRODUCTS:
         return f"gemv: {products} multiply-adds per unrolled trip exceeds {MAX_PRODUCTS} (UNROLL_K={p['UNROLL_K']})"
-    needed, available = registers(p, shape_form, ctx.dtype), min(255, 65536 // p["BLOCK"])
+    needed, available = registers(p, shape_form, ctx.dtype), min(255, SM_REGISTERS // p["BLOCK"])
     if needed > available:
         return (f"gemv: {p['BLOCK']} threads leave {available} registers per thread, where {count} sums and one "
                 f"trip's loads need about {needed}")

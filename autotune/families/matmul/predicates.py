@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...core.constraints import MAX_SHARED_BYTES, Predicate
+from ...core.constraints import MAX_SHARED_BYTES, SM_REGISTERS, Predicate
 from ...core.dtypes import HALF
 from . import gemv
 from .config import (
@@ -88,7 +88,7 @@ def _mma_fits(p, ctx):
     tiles = 2 if precision == "3xtf32" else 1  # 3xtf32 sums each shared tile in a tile of its own
     accumulators = tiles * p["TM"] * p["TN"]
     words = np.dtype(accumulator_dtype(ctx.dtype)).itemsize // 4
-    registers, needed = min(255, 65536 // (n * blocks)), words * accumulators + 64
+    registers, needed = min(255, SM_REGISTERS // (n * blocks)), words * accumulators + 64
     if registers < needed:
         return (f"MMA={k}: {n} threads x {blocks} blocks per SM leave {registers} registers per thread, where "
                 f"{accumulators} {ctx.dtype} accumulators and the mma fragments need about {needed} (such "
@@ -134,8 +134,9 @@ def _wgmma_fits(p, ctx):
     threads = matmul_threads(p)
     accumulators = p["BN"] // 2 * (2 if precision == "3xtf32" else 1)
     needed = accumulators + 16 * (3 if precision == "3xtf32" else 2) + p["BN"] * p["BK"] // threads + 24
-    if needed > min(255, 65536 // threads):
-        return (f"WGMMA=1 at {precision}: {threads} threads leave {min(255, 65536 // threads)} registers per thread, "
+    available = min(255, SM_REGISTERS // threads)
+    if needed > available:
+        return (f"WGMMA=1 at {precision}: {threads} threads leave {available} registers per thread, "
                 f"where {accumulators} accumulators, the A fragments and the loads need about {needed}")
     return None
 
@@ -156,7 +157,7 @@ def _async_wgmma_fits(p):
             f"{spelled(CP_ASYNC_WGMMA_STAGES)} ({spelled(deeper, 'and')} with TMA=1)"
         return (f"WGMMA=1 keeps one tile's multiply running while the next is copied: ASYNC_STAGES must be "
                 f"{allowed}, not {p['ASYNC_STAGES']}")
-    registers = 65536 // matmul_threads(p)
+    registers = SM_REGISTERS // matmul_threads(p)
     needed = p["BN"] // 2 + (32 if is_tma(p) else 64)
     if needed > min(255, registers):
         return (f"WGMMA=1: {matmul_threads(p)} threads leave {registers} registers per thread, where {p['BN'] // 2} "
