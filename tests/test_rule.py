@@ -237,6 +237,39 @@ def test_matmuls_nearest_model_measures_the_output_size():
     assert right["family"] > right["dims"] + 6, right
 
 
+def middle_axis_outputs(rng):
+    """Reductions along the middle of (outer, R, inner) whose truth is known: FEW is 2x faster where the outputs,
+    outer * inner, are at most 2**12, MANY 2x faster above, however the outputs lie and whatever R is."""
+    args = family_named("reduce").family_args(op="sum", axis=-2)
+    space = load_space("reduce")
+    few = {"BLOCK": 128, "ITEMS": 1, "VEC": 4, "ROW_SPLIT": 32, "BX": 1}
+    many = {"BLOCK": 256, "ITEMS": 4, "VEC": 2, "ROW_SPLIT": 1, "BX": 128}
+    configs = [space.validate(c, dtype="float32", args=args) for c in (few, many)]
+    shapes, ms = [], []
+    while len(shapes) < 60:
+        shape = tuple(int(d) for d in np.round(2 ** rng.uniform((0, 1, 0), (12, 14, 12))))
+        if shape not in shapes:
+            noise = np.exp(rng.normal(0, 0.02, size=2))
+            a, b = (1.0, 2.0) if shape[0] * shape[2] <= 2 ** 12 else (2.0, 1.0)
+            shapes.append(shape)
+            ms.append([math.prod(shape) * 1e-9 * a * noise[0], math.prod(shape) * 1e-9 * b * noise[1]])
+    return CrossMatrix(device=dict(SIM), family="reduce", dtype="float32", args=dict(args), shapes=shapes,
+                       candidates=configs, ms=ms)
+
+
+def test_middle_axis_reductions_nearest_model_measures_the_outputs():
+    """outer * inner and R as the features (the reduce family's rule_features of a 3-D shape) find a boundary in
+    the outputs' count that the three dimensions alone blur."""
+    right = {"dims": 0, "family": 0}
+    for seed in range(6):
+        matrix = middle_axis_outputs(np.random.default_rng(seed))
+        for features in right:
+            result = fit_rule(matrix, FitSettings(model="nearest", features=features))
+            right[features] += sum(c == (0 if s[0] * s[2] <= 2 ** 12 else 1) for s, c, _ in result.per_shape)
+            assert parse_rule(result.record).features == (((0, 2), 1) if features == "family" else ())
+    assert right["family"] > right["dims"] + 6, right
+
+
 def test_the_vote_weighs_the_nearest_shapes_by_closeness():
     """The ranking by hand: the k nearest shapes' log(slowdown), each weighted by 1 / (distance + 0.5)."""
     items = [([64, 64, 64], [1, 2]), ([64, 64, 128], [1, 2]), ([64, 64, 1024], [3, 1]), ([64, 64, 4096], [3, 1])]
