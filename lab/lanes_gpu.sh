@@ -6,7 +6,8 @@
 #
 # STEPS_FILE (lab/steps/*.txt): lines "LANE: COMMAND", LANE 0, 1, ...; other lines are comments. Lane i runs on
 # GPU i % (GPUs here), alone on it (CUDA_VISIBLE_DEVICES, so its commands say --device 0); the lines of the lanes
-# that share a GPU run in the file's order. A command starts only while more than 60 s are left, and is stopped (SIGINT, which the autotune
+# that share a GPU run in the file's order. Lines "*: COMMAND" are shared: a GPU whose own lines are done takes the
+# next one nobody has taken (in the file's order), so that no GPU idles while work is left. A command starts only while more than 60 s are left, and is stopped (SIGINT, which the autotune
 # commands answer by keeping what they finished) 10 s before the budget ends. A command may read $LEFT (seconds left
 # when it starts: --time-limit $((LEFT - 60))) and $RESULTS. Each GPU's output goes to RESULTS/gpuN.log; then
 # what the steps changed or added under tuned_db/ (its code aside) and benchmarks/, and the studies, are packed
@@ -28,24 +29,33 @@ fi
 [ "$gpus" -gt 0 ] || gpus=1  # a dry run without a GPU: every lane on "GPU 0", one after another
 export RESULTS NUMBA_CUDA_LOW_OCCUPANCY_WARNINGS=0 PYTHONUNBUFFERED=1
 
-run_gpu() {
-  local g=$1 line lane cmd left
-  while IFS= read -r line; do
-    lane=${line%%:*}
-    cmd=${line#*:}
-    [ $((lane % gpus)) = "$g" ] || continue
-    left=$(( end - $(date +%s) ))
-    if [ "$left" -le 60 ]; then echo "== lane $lane: not started, $left s left: $cmd"; continue; fi
-    echo "== lane $lane on GPU $g, $left s left:$cmd"
-    CUDA_VISIBLE_DEVICES=$g LEFT=$left timeout -s INT $((left - 10)) bash -c "$cmd"
-    echo "== lane $lane: exit $? after $(( left - (end - $(date +%s)) )) s"
-  done < <(grep -E '^[0-9]+:' "$steps")
+run_step() {  # GPU, lane, command
+  local g=$1 lane=$2 cmd=$3 left
+  left=$(( end - $(date +%s) ))
+  if [ "$left" -le 60 ]; then echo "== lane $lane: not started, $left s left: $cmd"; return; fi
+  echo "== lane $lane on GPU $g, $left s left:$cmd"
+  CUDA_VISIBLE_DEVICES=$g LEFT=$left timeout -s INT $((left - 10)) bash -c "$cmd"
+  echo "== lane $lane: exit $? after $(( left - (end - $(date +%s)) )) s"
 }
 
+run_gpu() {
+  local g=$1 line lane n=0
+  while IFS= read -r line; do
+    lane=${line%%:*}
+    [ $((lane % gpus)) = "$g" ] && run_step "$g" "$lane" "${line#*:}"
+  done < <(grep -E '^[0-9]+:' "$steps")
+  while IFS= read -r line; do  # shared lines: the first GPU to claim one (mkdir is atomic) runs it
+    n=$((n + 1))
+    mkdir "$claims/$n" 2>/dev/null && run_step "$g" "*" "${line#*:}"
+  done < <(grep -E '^\*:' "$steps")
+}
+
+claims=$(mktemp -d)
 for g in $(seq 0 $((gpus - 1))); do
   run_gpu "$g" > "$RESULTS/gpu$g.log" 2>&1 &
 done
 wait
+rm -rf "$claims"
 changed=$(git status --porcelain --untracked-files=all tuned_db benchmarks | awk '{print $NF}' | grep -v '^tuned_db/code/')
 tar czf "$RESULTS/results.tgz" $changed $(ls -d autotune-out/studies 2>/dev/null) 2>/dev/null
 echo "packed $(echo $changed | wc -w) changed files into $RESULTS/results.tgz"
