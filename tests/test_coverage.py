@@ -57,6 +57,7 @@ def test_reduction_sets_per_axis(axis, rank):
     coverage, held_out = impl.shape_set("coverage", "float32", args), impl.shape_set("held-out", "float32", args)
     assert len(held_out) >= 30 and not set(coverage) & set(held_out)
     assert {len(s) for s in coverage + held_out} == {rank}
+    assert len(coverage) >= (40 if rank == 1 else 100)
     sizes = [math.prod(s) for s in coverage]
     assert min(sizes) <= 2 ** 11 and max(sizes) >= 2 ** 26 and max(sizes) <= 2 ** 28
     for s in coverage + held_out:
