@@ -205,11 +205,11 @@ class ReduceFamily(KernelFamily):
         rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
         blocks (``column_splits``; the configuration's own were fitted to another array). Threads across kept,
         the configuration's own row splits, unless they give less than half a wave of blocks, each of more than
-        LONG_SPLIT_ROWS rows: then those (forms tuned unsplit on wide arrays gave 509504 x 416 2-7 blocks,
-        13-176 ms where 0.22 ms was reached; on small arrays the fastest forms are few blocks of a few hundred
-        rows). Then at most as many row splits as leave each split MIN_SPLIT_ROWS rows (a split of 64 that
-        served 16384 rows would give a 64-row matrix one row per block, each combined with an atomic). The rest
-        as given."""
+        LONG_SPLIT_ROWS rows: then those (a form tuned unsplit on wide arrays would walk a tall one's columns in
+        a few blocks, benchmarks/NOTES.md item 63; on small arrays the fastest forms are few blocks of a few
+        hundred rows, so short ones keep theirs). Then at most as many row splits as leave each split
+        MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per block,
+        each combined with an atomic). The rest as given."""
         given, params = params, dict(params)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
