@@ -34,7 +34,7 @@ run_step() {  # GPU, lane, command
   left=$(( end - $(date +%s) ))
   if [ "$left" -le 60 ]; then echo "== lane $lane: not started, $left s left: $cmd"; return; fi
   echo "== lane $lane on GPU $g, $left s left:$cmd"
-  CUDA_VISIBLE_DEVICES=$g LEFT=$left timeout -s INT $((left - 10)) bash -c "$cmd"
+  CUDA_VISIBLE_DEVICES=$g LEFT=$left timeout -s INT $((left - 10)) bash -c "$cmd" </dev/null  # not the step list
   echo "== lane $lane: exit $? after $(( left - (end - $(date +%s)) )) s"
 }
 
@@ -51,11 +51,12 @@ run_gpu() {
 }
 
 claims=$(mktemp -d)
+trap 'rm -rf "$claims"; for p in $(jobs -p); do pkill -TERM -P "$p"; kill "$p"; done 2>/dev/null' EXIT
+trap 'exit 130' INT TERM
 for g in $(seq 0 $((gpus - 1))); do
   run_gpu "$g" > "$RESULTS/gpu$g.log" 2>&1 &
 done
 wait
-rm -rf "$claims"
 changed=$(git status --porcelain --untracked-files=all tuned_db benchmarks | awk '{print $NF}' | grep -v '^tuned_db/code/')
 tar czf "$RESULTS/results.tgz" $changed $(ls -d autotune-out/studies 2>/dev/null) 2>/dev/null
 echo "packed $(echo $changed | wc -w) changed files into $RESULTS/results.tgz"

@@ -352,3 +352,15 @@ def test_first_use_candidates_are_timed_with_a_give_up_time_ten_times_the_fastes
     params, note = hook(Problem("reduce", (301,), "float32", {"op": "sum", "axis": None}), [tmp_path], None)
     assert params == {"BLOCK": 64} and "timed 3 of 3" in note
     assert asked == [None, GIVE_UP_FACTOR * 3.0, GIVE_UP_FACTOR * 1.0]
+
+
+COMMITTED_MATRICES = sorted((ROOT / "benchmarks" / "coverage").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED_MATRICES, ids=lambda p: p.name)
+def test_committed_matrices_measure_shapes_of_their_current_sets(path):
+    """A shape set may grow (its earlier draws kept), never drop or change what a committed matrix measured: every
+    row's shape is still in the set the matrix names, so rules fitted on it are fitted on that set."""
+    matrix = read_matrix(path)
+    current = set(family(matrix.family).shape_set(matrix.shape_set or "coverage", matrix.dtype, matrix.args))
+    assert set(matrix.shapes) <= current, sorted(set(matrix.shapes) - current)[:5]

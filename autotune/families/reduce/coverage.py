@@ -13,7 +13,7 @@ columns of 2**10, 2**14 and 2**18, and (tokens, hidden) activations of models, t
 1024, 4096, 5120 and 8192; 3-D: (64, 1024, 1024), (8, 4096, 512) and (1024, 64, 256)), then draws with seed 0:
 40 of whole arrays, 100 of 2-D and of 3-D shapes: a rule fitted on a 2-D or 3-D set still chose better the more
 shapes it held at 40 draws, a whole array's no longer did (benchmarks/NOTES.md item 64), and a draw costs seconds of
-one GPU. The first 40 draws of each are those the set held before it grew, so its measurements stand.
+one GPU. The first 40 draws of each are those the set held before it grew: a matrix measured then is part of it.
 **The held-out set**: 32 draws with seed 1, none in the coverage set. Both are put in ``spread_order``.
 """
 from __future__ import annotations
