@@ -224,19 +224,6 @@ def output_tiles(rng):
                        candidates=configs, ms=ms)
 
 
-def test_matmuls_nearest_model_measures_the_output_size():
-    """M*N among the features (matmul's rule_features) finds a boundary in the output's size that M, N and K
-    alone blur: more held-out shapes get their truly faster configuration."""
-    right = {"dims": 0, "family": 0}
-    for seed in range(6):
-        matrix = output_tiles(np.random.default_rng(seed))
-        for features in right:
-            result = fit_rule(matrix, FitSettings(model="nearest", features=features))
-            right[features] += sum(c == (0 if s[0] * s[1] <= 2 ** 18 else 1) for s, c, _ in result.per_shape)
-            assert parse_rule(result.record).features == ((0, 1, 2, (0, 1)) if features == "family" else ())
-    assert right["family"] > right["dims"] + 6, right
-
-
 def middle_axis_outputs(rng):
     """Reductions along the middle of (outer, R, inner) whose truth is known: FEW is 2x faster where the outputs,
     outer * inner, are at most 2**12, MANY 2x faster above, however the outputs lie and whatever R is."""
@@ -257,16 +244,21 @@ def middle_axis_outputs(rng):
                        candidates=configs, ms=ms)
 
 
-def test_middle_axis_reductions_nearest_model_measures_the_outputs():
-    """outer * inner and R as the features (the reduce family's rule_features of a 3-D shape) find a boundary in
-    the outputs' count that the three dimensions alone blur."""
+@pytest.mark.parametrize("planted, small, features", [
+    (output_tiles, lambda s: s[0] * s[1] <= 2 ** 18, (0, 1, 2, (0, 1))),
+    (middle_axis_outputs, lambda s: s[0] * s[2] <= 2 ** 12, ((0, 2), 1)),
+], ids=["matmul M*N", "reduce outer*inner"])
+def test_a_familys_features_find_a_boundary_its_dimensions_blur(planted, small, features):
+    """A family's rule_features (matmul: M, N, K and M*N; a 3-D reduction: outer * inner and R) find a boundary
+    in the output's size that the dimensions alone blur: more held-out shapes get their truly faster
+    configuration."""
     right = {"dims": 0, "family": 0}
     for seed in range(6):
-        matrix = middle_axis_outputs(np.random.default_rng(seed))
-        for features in right:
-            result = fit_rule(matrix, FitSettings(model="nearest", features=features))
-            right[features] += sum(c == (0 if s[0] * s[2] <= 2 ** 12 else 1) for s, c, _ in result.per_shape)
-            assert parse_rule(result.record).features == (((0, 2), 1) if features == "family" else ())
+        matrix = planted(np.random.default_rng(seed))
+        for kind in right:
+            result = fit_rule(matrix, FitSettings(model="nearest", features=kind))
+            right[kind] += sum(c == (0 if small(s) else 1) for s, c, _ in result.per_shape)
+            assert parse_rule(result.record).features == (features if kind == "family" else ())
     assert right["family"] > right["dims"] + 6, right
 
 
