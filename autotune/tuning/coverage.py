@@ -24,8 +24,8 @@ process's claims on this host are released when a run starts on this host; a cla
 stays until that host runs again or ``--study`` names a new study). The candidates are fixed in the study when it
 is created, so a resumed or a second host's run (of the same code and versions) fills the same columns;
 ``--study NAME`` starts another. A study's name ends in the digest of what makes its kernels (``provenance.py``:
-templates, space, the family's code, which fits each candidate to each shape, versions): after a change, the same
-command measures afresh in a new study.
+templates, space, the family's code as it runs, which fits each candidate to each shape, versions): after a change,
+the same command measures afresh in a new study.
 
 **Results as they come.** Each finished shape's fastest candidate is written at once as the shape's database entry
 (merged: an entry is replaced only by a faster one), and the matrix file (tuning/matrix.py) is rewritten from the

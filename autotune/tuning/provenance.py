@@ -12,12 +12,16 @@ The parts, each a short hash or a version:
 - ``templates``: the family's template files and the shared macro files (``render.template_hash``);
 - ``space``: the family's search space file, and the user's ``--space`` file where one is given (it may change
   defaults, so what a configuration renders);
-- ``family code``: the Python files of the family (its package folder, or its module file);
+- ``family code``: the Python files of the family (its package folder, or its module file), as the code they
+  run: without docstrings and comments, without the modules and protocol methods that make no kernel and no
+  measurement (``KernelFamily.measurement_free_modules`` and ``measurement_free_methods``: shape sets, rule
+  features, bench peers), so that editing those keeps a coverage's studies, which take hours of GPU time to fill;
 - ``kernel library``: ``autotune/kernels/*.py``, the intrinsics generated modules import;
 - ``autotune``, ``numba``, ``numba_cuda``: the versions of the package and the compiler front end.
 """
 from __future__ import annotations
 
+import ast
 import hashlib
 import inspect
 import json
@@ -78,7 +82,7 @@ def provenance(problem: Problem, space_path: str | None = None) -> Provenance:
     parts = {
         "templates": template_hash(impl),
         "space": _files_hash([Path(impl.space_file)] + ([Path(space_path)] if space_path else [])),
-        "family code": _files_hash(family_files(impl)),
+        "family code": family_code_hash(impl),
         "kernel library": _files_hash(sorted((Path(__file__).parent.parent / "kernels").glob("*.py"))),
         "autotune": __version__,
         "numba": toolchain.get("numba", "?"),
@@ -100,6 +104,49 @@ def family_files(impl) -> list[Path]:
     if (folder / "__init__.py").is_file():
         return sorted(folder.glob("*.py"))[:MAX_FILES]
     return [module_file]
+
+
+def family_code_hash(impl) -> str:
+    """The hash of what the family's Python files run (``family_files``), as ``measured_source`` gives each, the
+    measurement-free modules left out."""
+    skipped = set(impl.measurement_free_modules)
+    digest = hashlib.sha256()
+    for path in family_files(impl):
+        if path.name in skipped:
+            continue
+        digest.update(path.name.encode() + b"\0" + measured_source(path, impl.measurement_free_methods).encode()
+                      + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def measured_source(path: Path, free_methods: Iterable[str]) -> str:
+    """The module at ``path`` as the code it runs: parsed and written out again (comments and layout gone),
+    without docstrings and without the methods named ``free_methods`` of its classes. A file that cannot be read
+    or parsed counts as its bytes (or its error), so that it still changes the hash when it changes."""
+    try:
+        text = path.read_bytes()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError):
+        return "unparsed: " + hashlib.sha256(text).hexdigest()
+    free = set(free_methods)
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if not isinstance(body, list):
+            continue
+        if isinstance(node, ast.ClassDef):
+            body[:] = [item for item in body
+                       if not (isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in free)]
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and _docstring(body):
+            body[:] = body[1:] or [ast.Pass()]
+    return ast.unparse(tree)
+
+
+def _docstring(body: list) -> bool:
+    first = body[0] if body else None
+    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
 
 
 def _files_hash(paths: Iterable[Path]) -> str:
