@@ -85,6 +85,44 @@ def test_edits_of_the_code_that_runs_change_the_hash(package, name, old, new):
     assert family_code_hash(impl) != before
 
 
+@pytest.mark.parametrize("name, text, edit", [
+    ("kernel.py", "class Grid:\n    def rule_features(self):\n        return 4\n", ("return 4", "return 8")),
+    ("family.py", None, ("return {**params,", "self.rule_features(3)\n        return {**params,")),
+    ("family.py", None, ("    def rule_features(self,", "    @staticmethod\n    def rule_features(")),
+], ids=["a helper class's method of that name", "a method the measuring code calls", "a decorated method"])
+def test_a_method_of_a_free_name_counts_where_it_may_make_what_is_measured(package, name, text, edit):
+    """Only the family class's own undecorated methods are left out, and only where no other code of the family
+    names them: a helper's method of the same name, one that fit_config calls, one with a decorator all count."""
+    folder, impl = package
+    if text is not None:
+        (folder / name).write_text(text)
+    else:
+        edited(folder, name, *edit)
+        edit = ("return tuple(range(rank))", "return (0, (0, 1))")
+    before = family_code_hash(impl)
+    edited(folder, name, *edit)
+    assert family_code_hash(impl) != before
+
+
+def test_a_subclass_in_another_package_counts_the_modules_its_parent_leaves_out(package, tmp_path, monkeypatch):
+    """measurement_free_modules names the files of the class that says it: a subclass elsewhere inherits the
+    attribute, not the right to leave out its own modules of those names."""
+    other = tmp_path / "subfamily"
+    other.mkdir()
+    (other / "__init__.py").write_text("")
+    (other / "family.py").write_text("from tinyfamily.family import Tiny\n\n\nclass Sub(Tiny):\n    pass\n")
+    (other / "shapes.py").write_text("BLOCK = 128\n")
+    spec = importlib.util.spec_from_file_location("subfamily.family", other / "family.py")
+    module = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "subfamily.family", module)
+    spec.loader.exec_module(module)
+    impl = module.Sub()
+    assert impl.measurement_free_modules == ("shapes.py",)
+    before = family_code_hash(impl)
+    edited(other, "shapes.py", "BLOCK = 128", "BLOCK = 256")
+    assert family_code_hash(impl) != before
+
+
 def test_a_new_module_or_one_that_cannot_be_parsed_changes_the_hash(package):
     folder, impl = package
     before = family_code_hash(impl)

@@ -234,15 +234,16 @@ class KernelFamily(abc.ABC):
     predicates: Mapping[str, "Predicate"] = {}
     #: Where this family was loaded from (a path or module name), so child processes can load it again.
     source: str = ""
-    #: modules of the family's package that make no kernel and no measurement (its shape sets, its NumPy-style
-    #: functions): a study's provenance leaves them out, so that editing them keeps the studies
-    #: (tuning/provenance.py)
+    #: modules of the family's package that make no kernel and no measurement and do nothing when imported (its
+    #: shape sets, its NumPy-style functions): a study's provenance leaves them out, so that editing them keeps the
+    #: studies (tuning/provenance.py); read from the class that says it, not inherited by a subclass
     measurement_free_modules: tuple[str, ...] = ()
     #: the protocol's methods that make no kernel and no measurement (which shapes, how a rule measures them, what
-    #: a bench names and compares against, what a selftest checks): left out of a study's provenance likewise
+    #: a bench names and compares against, what a selftest checks): left out of a study's provenance likewise,
+    #: where the family's class defines them undecorated and no other code of the family refers to them
     measurement_free_methods: frozenset[str] = frozenset({
         "rule_features", "shape_set", "shape_set_rule", "bench_name", "peers", "selftest_cases",
-        "selftest_extras", "functions"})
+        "selftest_extras"})
 
     # -- arguments and problems ---------------------------------------------------------------------
     def family_args(self, **given: Any) -> dict[str, Any]:

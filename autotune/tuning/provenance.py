@@ -94,11 +94,8 @@ def provenance(problem: Problem, space_path: str | None = None) -> Provenance:
 def family_files(impl) -> list[Path]:
     """The Python files of a family: every module of the package its class is defined in (not sub-packages),
     or the one module file where that module is no package's."""
-    try:
-        module_file = Path(inspect.getsourcefile(type(impl)) or "")
-    except TypeError:  # defined in no file (built in a session): nothing to hash
-        return []
-    if not module_file.is_file():
+    module_file = _class_file(type(impl))
+    if module_file is None:
         return []
     folder = module_file.parent
     if (folder / "__init__.py").is_file():
@@ -106,42 +103,117 @@ def family_files(impl) -> list[Path]:
     return [module_file]
 
 
-def family_code_hash(impl) -> str:
-    """The hash of what the family's Python files run (``family_files``), as ``measured_source`` gives each, the
-    measurement-free modules left out."""
-    skipped = set(impl.measurement_free_modules)
-    digest = hashlib.sha256()
-    for path in family_files(impl):
-        if path.name in skipped:
-            continue
-        digest.update(path.name.encode() + b"\0" + measured_source(path, impl.measurement_free_methods).encode()
-                      + b"\0")
-    return digest.hexdigest()[:16]
-
-
-def measured_source(path: Path, free_methods: Iterable[str]) -> str:
-    """The module at ``path`` as the code it runs: parsed and written out again (comments and layout gone),
-    without docstrings and without the methods named ``free_methods`` of its classes. A file that cannot be read
-    or parsed counts as its bytes (or its error), so that it still changes the hash when it changes."""
+def _class_file(cls) -> Path | None:
     try:
-        text = path.read_bytes()
+        module_file = Path(inspect.getsourcefile(cls) or "")
+    except TypeError:  # defined in no file (built in a session): nothing to hash
+        return None
+    return module_file if module_file.is_file() else None
+
+
+def family_code_hash(impl) -> str:
+    """The hash of what the family's Python files run (``family_files``): each parsed and written out again
+    (comments and layout gone), without docstrings, and without what the family's own class declares makes no
+    kernel and no measurement:
+
+    - the modules its class itself names in ``measurement_free_modules`` (not a subclass's inherited list: that
+      names its parent's files; never the class's own module);
+    - the methods named in ``measurement_free_methods`` that its class defines, undecorated, where no other code
+      of the family refers to their names (a method another one calls makes what that one makes).
+
+    A file that cannot be read or parsed counts as its bytes (or its error), so that it still changes the hash."""
+    cls, own = type(impl), _class_file(type(impl))
+    skipped = set(vars(cls).get("measurement_free_modules", ())) - {own.name if own else ""}
+    contents = {path: _read(path) for path in family_files(impl) if path.name not in skipped}
+    key = (cls.__module__, cls.__qualname__, str(own), frozenset(cls.measurement_free_methods),
+           tuple((str(path), data if isinstance(data, str) else hashlib.sha256(data).digest())
+                 for path, data in contents.items()))
+    found = _code_hashes.get(key)
+    if found is None:
+        sources = {path: _parsed(data) for path, data in contents.items()}
+        free = _free_methods(cls, sources.get(own, ("", None))[1], sources)
+        digest = hashlib.sha256()
+        for path, (raw, tree) in sources.items():
+            text = raw if tree is None else _measured_text(tree, raw, cls.__name__ if path == own else None, free)
+            digest.update(path.name.encode() + b"\0" + text.encode() + b"\0")
+        found = _code_hashes[key] = digest.hexdigest()[:16]
+    return found
+
+
+_code_hashes: dict[tuple, str] = {}  # by the files' contents: parsing them is what costs
+
+
+def _read(path: Path) -> bytes | str:
+    """The file's bytes, or why it cannot be read."""
+    try:
+        return path.read_bytes()
     except OSError as exc:
         return f"unreadable: {exc.strerror}"
+
+
+def _parsed(data: bytes | str) -> tuple[str, ast.Module | None]:
+    """(the file's text for a hash where it cannot be parsed, its tree or None)."""
+    if isinstance(data, str):
+        return data, None
+    raw = "unparsed: " + hashlib.sha256(data).hexdigest()
     try:
-        tree = ast.parse(text)
-    except (SyntaxError, ValueError):
-        return "unparsed: " + hashlib.sha256(text).hexdigest()
-    free = set(free_methods)
+        return raw, ast.parse(data)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return raw, None
+
+
+def _family_class(tree: ast.Module | None, name: str) -> ast.ClassDef | None:
+    return next((node for node in (tree.body if tree else ()) if isinstance(node, ast.ClassDef) and node.name == name),
+                None)
+
+
+def _free_methods(cls, tree: ast.Module | None, sources: dict) -> set[str]:
+    """The measurement-free methods the class defines in ``tree`` (its module), undecorated, whose names no other
+    code of ``sources`` mentions (as an attribute, a name or a string)."""
+    klass = _family_class(tree, cls.__name__)
+    if klass is None:
+        return set()
+    methods = {id(item): item.name for item in klass.body if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef))
+               and item.name in cls.measurement_free_methods and not item.decorator_list}
+    mentioned: set[str] = set()
+    for _, other in sources.values():
+        stack = [other] if other is not None else []
+        while stack:
+            node = stack.pop()
+            if id(node) in methods or _declares_free(node):
+                continue  # a free method's own body, or the family's list of them
+            if isinstance(node, ast.Attribute):
+                mentioned.add(node.attr)
+            elif isinstance(node, ast.Name):
+                mentioned.add(node.id)
+            elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+                mentioned.add(node.value)
+            stack.extend(ast.iter_child_nodes(node))
+    return set(methods.values()) - mentioned
+
+
+def _declares_free(node: ast.AST) -> bool:
+    """Whether ``node`` assigns ``measurement_free_methods`` or ``measurement_free_modules`` (whose strings name
+    what is left out, not code that calls it)."""
+    targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) else []
+    return any(isinstance(t, ast.Name) and t.id in ("measurement_free_methods", "measurement_free_modules")
+               for t in targets)
+
+
+def _measured_text(tree: ast.Module, raw: str, family_class: str | None, free: set[str]) -> str:
+    """The module written out again without docstrings and, in the class ``family_class``, without the methods
+    ``free``; ``raw`` where it cannot be written out."""
+    klass = _family_class(tree, family_class) if family_class else None
+    if klass is not None:
+        klass.body[:] = [item for item in klass.body
+                         if not (isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in free)]
     for node in ast.walk(tree):
-        body = getattr(node, "body", None)
-        if not isinstance(body, list):
-            continue
-        if isinstance(node, ast.ClassDef):
-            body[:] = [item for item in body
-                       if not (isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name in free)]
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and _docstring(body):
-            body[:] = body[1:] or [ast.Pass()]
-    return ast.unparse(tree)
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and _docstring(node.body):
+            node.body[:] = node.body[1:] or [ast.Pass()]
+    try:
+        return ast.unparse(tree)
+    except (RecursionError, MemoryError, ValueError):
+        return raw
 
 
 def _docstring(body: list) -> bool:
