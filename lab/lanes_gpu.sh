@@ -7,8 +7,9 @@
 # STEPS_FILE (lab/steps/*.txt): lines "LANE: COMMAND", LANE 0, 1, ...; other lines are comments. Lane i runs on
 # GPU i % (GPUs here), alone on it (CUDA_VISIBLE_DEVICES, so its commands say --device 0); the lines of the lanes
 # that share a GPU run in the file's order. Lines "*: COMMAND" are shared: a GPU whose own lines are done takes the
-# next one nobody has taken (in the file's order), so that no GPU idles while work is left. A command starts only while more than 60 s are left, and is stopped (SIGINT, which the autotune
-# commands answer by keeping what they finished) 10 s before the budget ends. A command may read $LEFT (seconds left
+# next one nobody has taken (in the file's order), so that no GPU idles while work is left. A command starts only
+# while more than 60 s are left, and is stopped (SIGINT, which the autotune commands answer by keeping what they
+# finished) 10 s before the budget ends. A command may read $LEFT (seconds left
 # when it starts: --time-limit $((LEFT - 60))) and $RESULTS. Each GPU's output goes to RESULTS/gpuN.log; then
 # what the steps changed or added under tuned_db/ (its code aside) and benchmarks/, and the studies, are packed
 # into RESULTS/results.tgz (unpack it in the checkout with tar xzf, merge each database file there with

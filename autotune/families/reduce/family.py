@@ -92,8 +92,8 @@ class ReduceFamily(KernelFamily):
     def rule_features(self, rank: int) -> tuple:
         """An (outer, R, inner) shape is measured by its outputs, outer * inner, and by R: the outputs against the
         GPU's threads and the length each walks are what a configuration answers to, wherever the outputs lie. On
-        the H200's sum-along-axis--2 matrix this chooses better than the three dimensions alone on shapes the rule
-        was not fitted on (benchmarks/NOTES.md item 64). Other ranks: the dimensions alone."""
+        the H200's matrix of sums along axis -2 this chose better than the three dimensions alone on shapes the
+        rule was not fitted on (benchmarks/NOTES.md item 64). Other ranks: the dimensions alone."""
         return ((0, 2), 1) if rank == 3 else tuple(range(rank))
 
     def key_tag(self, args) -> str:
