@@ -5,11 +5,18 @@ real compiler cannot share one. Prints one JSON line per variant: family, parame
 
     python tests/compile_sample.py [WORKERS]   every variant of ``items()``, in a pool of WORKERS (default 2)
     python tests/compile_sample.py -           the variants given as a JSON list on stdin, in this process
+    python tests/compile_sample.py --draw      draw the covering samples again into tests/data/covering-sample.json
 
-The test hands each of its shards a slice of ``items()`` (computed in the test's process) the second way.
+The test hands each of its shards a slice of ``items()`` (computed in the test's process) the second way. The
+covering samples are drawn once and kept in tests/data/covering-sample.json: drawing them from many candidates per
+value (``CANDIDATES``) makes variants cheaper to compile (about 90 CPU-seconds for the samples against 125 at 8
+candidates) but takes half a minute, more than a test process should spend on it. tests/test_compile.py checks
+that the kept samples are still valid configurations that take every value of every parameter; where a search
+space changed so that they are not, draw them again.
 """
 import json
 import sys
+from pathlib import Path
 
 from autotune.core.space import load_space
 from autotune.runtime.build import build_kernel
@@ -106,17 +113,35 @@ def compile_one(item):
         return {"kind": kind, "dtype": dtype, "family": family, "params": params, "error": f"{exc}"}
 
 
-def items() -> list:
-    """(kind, dtype, family arguments, parameters) of every variant: the covering samples, then the extras."""
+SAMPLES = Path(__file__).parent / "data" / "covering-sample.json"
+CANDIDATES = 64  # configurations drawn per pinned value (SearchSpace.covering_sample), the cheapest kept
+
+
+def drawn_samples() -> list:
+    """(kind, dtype, family arguments, parameters) of the covering samples of FAMILIES, drawn now (seeded)."""
     found = []
     for kind, dtype, family in FAMILIES:
         sample, _ = load_space(kind).covering_sample(dtype=dtype, args=family, seed=5, cheap=CHEAP[kind],
-                                                    candidates=8)
-        found += [(kind, dtype, family, params) for params in sample]
-    return found + EXTRA + GEMV_EXTRA
+                                                    candidates=CANDIDATES)
+        found += [[kind, dtype, family, params] for params in sample]
+    return found
+
+
+def kept_samples() -> list:
+    """The covering samples as drawn into SAMPLES."""
+    return [tuple(item) for item in json.loads(SAMPLES.read_text())]
+
+
+def items() -> list:
+    """(kind, dtype, family arguments, parameters) of every variant: the kept covering samples, then the extras."""
+    return kept_samples() + EXTRA + GEMV_EXTRA
 
 
 def main():
+    if sys.argv[1:] == ["--draw"]:
+        SAMPLES.write_text("[\n" + ",\n".join(json.dumps(item) for item in drawn_samples()) + "\n]\n")
+        print(f"wrote {len(kept_samples())} variants to {SAMPLES}")
+        return
     if sys.argv[1:] == ["-"]:  # one after another here: a test worker has one CPU of its own (tests/conftest.py)
         for item in json.load(sys.stdin):
             print(json.dumps(compile_one(item)), flush=True)

@@ -30,11 +30,11 @@ def run_compiler_script(*args: str, timeout: int = 900, **kwargs) -> subprocess.
                           capture_output=True, text=True, env=compiler_env(), timeout=timeout, **kwargs)
 
 
-# The covering samples of tests/compile_sample.py (114 variants, about 3 CPU-minutes of compiling) are compiled in
-# shards, each its own test, so that the test workers share them: every variant is in exactly one shard, every
-# shard must compile all of its variants, and test_covering_samples_use_every_value_of_every_parameter checks that
-# the variants together take every value of every parameter. The variants are drawn with fixed seeds (the same
-# list in every process) and handed to the compiling process as they were drawn here.
+# The variants of tests/compile_sample.py (its covering samples, kept in tests/data/covering-sample.json, and its
+# extras: 115 variants, about 2.5 CPU-minutes of compiling) are compiled in shards, each its own test, so that the
+# test workers share them: every variant is in exactly one shard, every shard must compile all of its variants, and
+# test_covering_samples_use_every_value_of_every_parameter checks that the kept samples are still valid
+# configurations that together take every value of every parameter.
 COVERING_SHARDS = 4
 
 
@@ -46,8 +46,20 @@ def covering_items() -> tuple:
 
 
 def test_covering_samples_use_every_value_of_every_parameter():
+    """The kept samples are what the search spaces make of them now (valid, defaults filled), and together with
+    the extras they take every value of every parameter; where a space changed, `python tests/compile_sample.py
+    --draw` draws them again."""
+    import compile_sample
+
     from autotune.core.space import load_space
 
+    redraw = "the search space changed: run `python tests/compile_sample.py --draw`"
+    for kind, dtype, args, params in compile_sample.kept_samples():
+        try:
+            checked = load_space(kind).validate(params, dtype=dtype, args=family(kind).family_args(**args))
+        except ValueError as exc:
+            raise AssertionError(f"{kind} {dtype} {params}: {exc}; {redraw}") from None
+        assert checked == params, (kind, dtype, params, redraw)
     items = covering_items()
     assert len(items) >= 25
     dynamic = [params for _, _, _, params in items if params.get("ASYNC_STAGES") == 4 and params.get("BK") == 32
@@ -59,7 +71,7 @@ def test_covering_samples_use_every_value_of_every_parameter():
             values.setdefault((kind, name), set()).add(value)
     for kind in ("matmul", "reduce"):
         for name, param in load_space(kind).params.items():
-            assert values[(kind, name)] == set(param.values), (kind, name)  # every value is in a shard
+            assert values[(kind, name)] == set(param.values), (kind, name, redraw)  # every value is in a shard
 
 
 @pytest.mark.parametrize("shard", range(COVERING_SHARDS))
