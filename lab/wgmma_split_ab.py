@@ -64,16 +64,13 @@ def main() -> int:
     ap.add_argument("--list", action="store_true", help="print the pairs only (no GPU needed)")
     ap.add_argument("--device-name", help="the GPU model whose database to read with --list (default: this GPU)")
     a = ap.parse_args()
-    if a.device_name:  # no GPU needed: that model's database file says its SM count
+    device = None if a.device_name else current_device()
+    name = a.device_name or device.name
+    files = [load_file(p) for p in (db_path(f, name) for f in database_folders(None)) if p.exists()]
+    if device is None:  # no GPU needed: that model's database file says its SM count
         from autotune.core.device import DeviceInfo
 
-        name = a.device_name
-        files = [load_file(p) for p in (db_path(f, name) for f in database_folders(None)) if p.exists()]
         device = DeviceInfo.from_record(files[0].device)
-    else:
-        device = current_device()
-        name = device.name
-        files = [load_file(p) for p in (db_path(f, name) for f in database_folders(None)) if p.exists()]
     found = {case: pairs(case, device, files) for case in a.case}
     if a.list:
         for case, rows in found.items():
