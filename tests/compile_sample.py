@@ -80,7 +80,8 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
          ("reduce", "float32", {"op": "max", "axis": None},
           {"BLOCK": 512, "ITEMS": 4, "VEC": 2, "COMBINE": "atomic_last"}),
          ("reduce", "bfloat16", {"op": "sum", "axis": None}, {"BLOCK": 256, "ITEMS": 4, "VEC": 8, "COMBINE": "atomic_last"}),
-         ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8})]
+         ("reduce", "int64", {"op": "dot", "axis": -2}, {"BLOCK": 256, "ITEMS": 8, "VEC": 2, "ROW_SPLIT": 8}),
+         ("reduce", "bfloat16", {"op": "dot", "axis": 1}, {"BLOCK": 128, "ITEMS": 4, "VEC": 8, "ROW_MODE": "thread"})]
 
 
 # The gemv kernel of skinny problems (M or N at most 16): every value of BLOCK, KT, TL and TS in six variants, both

@@ -204,6 +204,7 @@ NAN_STRATEGIES = [
 ] + [(1, {"BLOCK": 64, "ITEMS": 2, "ROW_MODE": "warp", "BLOCK_REDUCE": "shuffle"}),
      (1, {"BLOCK": 64, "ITEMS": 2, "VEC": 1, "ROW_MODE": "lanes8"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "VEC": 2, "ROW_MODE": "lanes4"}),
+     (1, {"BLOCK": 32, "ITEMS": 2, "VEC": 1, "ROW_MODE": "thread"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "tree"}),
      (1, {"BLOCK": 32, "ITEMS": 1, "ROW_MODE": "block", "BLOCK_REDUCE": "serial"}),
      (0, {"BLOCK": 64, "BX": 32, "ROW_SPLIT": 1, "VEC": 2}),
@@ -254,14 +255,15 @@ def test_down_columns_with_vectors_and_items_in_flight(dtype, vec, axis, shape, 
             np.testing.assert_array_equal(out.copy_to_host(), expected.astype(x.dtype), err_msg=f"{op} {params}")
 
 
-@pytest.mark.parametrize("mode", ["lanes16", "lanes8", "lanes4"])
+@pytest.mark.parametrize("mode", ["lanes16", "lanes8", "lanes4", "thread"])
 def test_rows_shared_by_lanes_of_a_warp_match_numpy_on_odd_shapes(mode, rng):
-    """A few lanes per row (short rows): rows shorter than one lane's vector, longer than a whole pass of the
-    group, a row count that leaves the last warp and the last block partly idle, one row, no columns; sums of fresh
-    random data against float64 NumPy, the output poisoned with NaN first."""
+    """A few lanes or one thread per row (short rows): rows shorter than one lane's vector, longer than a whole
+    pass of the group, a row count that leaves the last warp and the last block partly idle (and, a thread per row,
+    that fills whole passes of BLOCK * ITEMS rows), one row, no columns; sums of fresh random data against float64
+    NumPy, the output poisoned with NaN first."""
     from numba import cuda
 
-    for shape in [(37, 13), (1, 1), (3, 0), (70, 256), (129, 97)]:
+    for shape in [(37, 13), (1, 1), (3, 0), (70, 256), (129, 97), (256, 2), (300, 4)]:
         for vec, items in [(1, 1), (4, 2), (2, 4)]:
             k = build_kernel("reduce", {"BLOCK": 64, "ITEMS": items, "VEC": vec, "ROW_MODE": mode, "WAVES": 1},
                              op="sum", axis=1)
@@ -510,6 +512,43 @@ def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_
         problem = Problem("reduce", lead + shape, "float32", args)
         back = problem.impl.fit_config(narrow, problem, device, space)
         assert back["BX"] == bx and back["ROW_SPLIT"] <= 1024 and 100000 // back["ROW_SPLIT"] >= 64
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
+def test_a_choice_along_short_rows_reduces_a_thread_per_row_and_matches_numpy(dtype, rng):
+    """Along rows of at most SHORT_ROW elements any chosen form (a rule's, a nearby entry's, the default) becomes
+    the space's thread-per-row start; longer rows and a tuned thread form keep theirs. The fitted forms run on
+    fresh random data against float64 NumPy, the output poisoned with NaN first."""
+    from numba import cuda
+
+    from autotune.core.device import DeviceInfo
+    from autotune.core.problem import Problem
+    from autotune.families.reduce.family import SHORT_ROW
+
+    space, device = load_space("reduce"), DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
+    args = {"op": "sum", "axis": 1}
+    lanes = space.validate({"BLOCK": 256, "ITEMS": 8, "VEC": 2, "WAVES": 16, "ROW_MODE": "lanes16"}, dtype=dtype,
+                           args=args)
+    tuned = space.validate({"BLOCK": 512, "ITEMS": 2, "VEC": 1, "ROW_MODE": "thread"}, dtype=dtype, args=args)
+    start = [s for s in space.starts if s.get("ROW_MODE") == "thread"]
+    assert len(start) == 1
+    for n in (1, 2, 3, SHORT_ROW, SHORT_ROW + 1, 64):
+        problem = Problem("reduce", (1001, n), dtype, args)
+        form = problem.impl.fit_config(lanes, problem, device, space)
+        default = space.validate(problem.impl.default_params(problem), dtype=dtype, args=args)
+        if n <= SHORT_ROW:
+            assert form == default == space.validate(start[0], dtype=dtype, args=args)
+        else:
+            assert form == lanes and default["ROW_MODE"] == "warp"
+        assert problem.impl.fit_config(tuned, problem, device, space) == tuned
+        for params in (form, tuned):
+            k = build_kernel("reduce", params, dtype, op="sum", axis=1)
+            x = rng.standard_normal((1001, n)).astype(dtype)
+            out = cuda.to_device(np.full(1001, np.nan, dtype))
+            k(cuda.to_device(x), out=out)
+            np.testing.assert_allclose(out.copy_to_host().astype(np.float64), x.astype(np.float64).sum(axis=1),
+                                       rtol=2e-3 if dtype == "float16" else 1e-5, atol=5e-3 if dtype == "float16"
+                                       else 1e-5, err_msg=f"{dtype} n={n} {params}")
 
 
 def test_bfloat16_conversions_of_the_simulator_are_round_to_nearest_even(rng):

@@ -78,8 +78,21 @@ def uses_atomics(params, args) -> bool:
 
 
 def row_lanes(row_mode: str) -> int:
-    """Threads that reduce one row in a warp-based row mode: 32 for ``warp``, N for ``lanesN``."""
+    """Threads that reduce one row in a warp-based row mode: 32 for ``warp``, N for ``lanesN``, 1 for ``thread``."""
+    if row_mode == "thread":
+        return 1
     return 32 if row_mode == "warp" else int(row_mode.removeprefix("lanes"))
+
+
+def rows_per_block(params) -> int:
+    """Rows a block reduces per pass along axis 1: one (``block``), a row per group of lanes, or ITEMS rows per
+    thread (``thread``)."""
+    mode = params["ROW_MODE"]
+    if mode == "block":
+        return 1
+    if mode == "thread":
+        return params["BLOCK"] * params["ITEMS"]
+    return params["BLOCK"] // row_lanes(mode)
 
 
 def staged(params, dtype: str, args) -> bool:

@@ -45,6 +45,7 @@ HERE = Path(__file__).resolve().parent
 WARP = 32
 LONG_SPLIT_ROWS = 1024  # rows a block of a column reduction that fills less than half a wave walks at most, as given
 MIN_SPLIT_ROWS = 8  # rows each row split of a column reduction keeps at least, where a rule fits it to a shape
+SHORT_ROW = 4  # rows of at most this many elements are reduced a thread per row (fit_config)
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
@@ -186,9 +187,15 @@ class ReduceFamily(KernelFamily):
         return [("seed tree+2nd pass", dict(self.baseline))]
 
     def default_params(self, problem) -> dict[str, Any]:
-        """Vectors of 16 bytes at most; down columns, as many threads across as the rows' columns need
-        (``narrowed_bx``) and enough row splits to fill a GPU (see column_splits)."""
+        """Vectors of 16 bytes at most; along short rows, a thread per row (``short_rows_form``); down columns, as
+        many threads across as the rows' columns need (``narrowed_bx``) and enough row splits to fill a GPU (see
+        column_splits)."""
         params = {"VEC": 2} if np.dtype(problem.dtype).itemsize == 8 else {}
+        if problem.args["axis"] == 1 and problem.shape[-1] <= SHORT_ROW:
+            from ...core.space import load_space
+
+            space = load_space(self.name)
+            return short_rows_form({**space.defaults(problem.args), **params}, problem, space)
         if problem.args["axis"] in (0, -2):
             from ...core.space import load_space
 
@@ -201,7 +208,8 @@ class ReduceFamily(KernelFamily):
 
     # -- coverage -----------------------------------------------------------------------------------
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
-        """Down columns: on rows narrower than the configuration's columns per block, as many threads across as
+        """Along rows of at most SHORT_ROW elements, a form that reduces them a thread per row
+        (``short_rows_form``). Down columns: on rows narrower than the configuration's columns per block, as many threads across as
         they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
         rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
         blocks (``column_splits``; the configuration's own were fitted to another array). Threads across kept,
@@ -212,6 +220,8 @@ class ReduceFamily(KernelFamily):
         MIN_SPLIT_ROWS rows (a split of 64 that served 16384 rows would give a 64-row matrix one row per block,
         each combined with an atomic). The rest as given."""
         given, params = params, dict(params)
+        if problem.args["axis"] == 1:
+            return short_rows_form(params, problem, space)
         if problem.args["axis"] not in (0, -2) or "BX" not in params:
             return params
         widest = max(params["BX"], WARP)  # a narrow form was tuned for narrow rows: these may need up to a warp
@@ -309,3 +319,18 @@ def _torch_calls(torch, op, axis, ts):
 
 
 family = ReduceFamily()
+
+
+def short_rows_form(params: dict[str, Any], problem, space) -> dict[str, Any]:
+    """``params`` along rows of more than SHORT_ROW elements, or a thread-per-row form already; else the space's
+    start of ROW_MODE thread (where the space has one valid here). Every other row mode gives a row 4 lanes or
+    more, most of them idle on rows of a few elements, each loading a few bytes: such forms read at a few per cent
+    of the memory's speed (benchmarks/NOTES.md item 65)."""
+    if problem.shape[-1] > SHORT_ROW or params.get("ROW_MODE") == "thread":
+        return params
+    for start in space.starts:
+        if start.get("ROW_MODE") == "thread":
+            form = space.checked_or_none(start, dtype=problem.dtype, args=problem.args)
+            if form is not None:
+                return form
+    return params

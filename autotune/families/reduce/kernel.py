@@ -23,7 +23,7 @@ from .config import (
     kernel_out_dtype,
     result_dtype,
     result_shape,
-    row_lanes,
+    rows_per_block,
     staged,
     uses_atomics,
 )
@@ -265,8 +265,7 @@ class ReduceKernel(Planned, Kernel):
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), (partial, blocks)
         M, N = shape[-2:]
         if self.axis == 1:
-            rows_per_block = p["BLOCK"] // row_lanes(p["ROW_MODE"]) if p["ROW_MODE"] != "block" else 1
-            blocks = max(1, min(-(-M // rows_per_block), p["WAVES"] * sms))
+            blocks = max(1, min(-(-M // rows_per_block(p)), p["WAVES"] * sms))
             return configure(self.entry, blocks, p["BLOCK"], 0, self.simulator, stream), None
         splits = max(1, min(p["ROW_SPLIT"], M))
         rows_per_split = -(-M // splits)
