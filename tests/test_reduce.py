@@ -517,13 +517,14 @@ def test_a_choice_for_a_narrow_array_takes_threads_across_and_row_splits_fitted_
 @pytest.mark.parametrize("dtype", ["float32", "float64", "float16"])
 def test_a_choice_along_short_rows_reduces_a_thread_per_row_and_matches_numpy(dtype, rng):
     """Along rows of at most SHORT_ROW elements any chosen form (a rule's, a nearby entry's, the default) becomes
-    the space's thread-per-row start; longer rows and a tuned thread form keep theirs. The fitted forms run on
-    fresh random data against float64 NumPy, the output poisoned with NaN first."""
+    the space's thread-per-row start; longer rows and a tuned thread form keep theirs, except that along rows
+    longer than THREAD_ROW_MAX a thread form gets a warp per row. The fitted forms run on fresh random data
+    against float64 NumPy, the output poisoned with NaN first."""
     from numba import cuda
 
     from autotune.core.device import DeviceInfo
     from autotune.core.problem import Problem
-    from autotune.families.reduce.family import SHORT_ROW
+    from autotune.families.reduce.family import SHORT_ROW, THREAD_ROW_MAX
 
     space, device = load_space("reduce"), DeviceInfo.from_record({"name": "x", "cc": "9.0", "sm_count": 132})
     args = {"op": "sum", "axis": 1}
@@ -532,7 +533,7 @@ def test_a_choice_along_short_rows_reduces_a_thread_per_row_and_matches_numpy(dt
     tuned = space.validate({"BLOCK": 512, "ITEMS": 2, "VEC": 1, "ROW_MODE": "thread"}, dtype=dtype, args=args)
     start = [s for s in space.starts if s.get("ROW_MODE") == "thread"]
     assert len(start) == 1
-    for n in (1, 2, 3, SHORT_ROW, SHORT_ROW + 1, 64):
+    for n in (1, 2, 3, SHORT_ROW, SHORT_ROW + 1, THREAD_ROW_MAX, THREAD_ROW_MAX + 1, 300):
         problem = Problem("reduce", (1001, n), dtype, args)
         form = problem.impl.fit_config(lanes, problem, device, space)
         default = space.validate(problem.impl.default_params(problem), dtype=dtype, args=args)
@@ -540,8 +541,9 @@ def test_a_choice_along_short_rows_reduces_a_thread_per_row_and_matches_numpy(dt
             assert form == default == space.validate(start[0], dtype=dtype, args=args)
         else:
             assert form == lanes and default["ROW_MODE"] == "warp"
-        assert problem.impl.fit_config(tuned, problem, device, space) == tuned
-        for params in (form, tuned):
+        kept = problem.impl.fit_config(tuned, problem, device, space)
+        assert kept == (tuned if n <= THREAD_ROW_MAX else {**tuned, "ROW_MODE": "warp"})
+        for params in (form, kept):
             k = build_kernel("reduce", params, dtype, op="sum", axis=1)
             x = rng.standard_normal((1001, n)).astype(dtype)
             out = cuda.to_device(np.full(1001, np.nan, dtype))

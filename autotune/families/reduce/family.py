@@ -46,6 +46,7 @@ WARP = 32
 LONG_SPLIT_ROWS = 1024  # rows a block of a column reduction that fills less than half a wave walks at most, as given
 MIN_SPLIT_ROWS = 8  # rows each row split of a column reduction keeps at least, where a rule fits it to a shape
 SHORT_ROW = 4  # rows of at most this many elements are reduced a thread per row (fit_config)
+THREAD_ROW_MAX = 32  # a thread-per-row form chosen for rows longer than this is given a warp per row (fit_config)
 
 class ReduceFamily(KernelFamily):
     name = "reduce"
@@ -208,8 +209,8 @@ class ReduceFamily(KernelFamily):
 
     # -- coverage -----------------------------------------------------------------------------------
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
-        """Along rows of at most SHORT_ROW elements, a form that reduces them a thread per row
-        (``short_rows_form``). Down columns: on rows narrower than the configuration's columns per block, as many threads across as
+        """Along rows of at most SHORT_ROW elements, a form that reduces them a thread per row, and along rows
+        longer than THREAD_ROW_MAX none (``short_rows_form``). Down columns: on rows narrower than the configuration's columns per block, as many threads across as
         they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
         rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
         blocks (``column_splits``; the configuration's own were fitted to another array). Threads across kept,
@@ -278,7 +279,7 @@ class ReduceFamily(KernelFamily):
 
     def selftest_cases(self, small: bool):
         one_d = [(n,) for n in (1, 31, 32, 33, 1023, 1025, 4_000_037)]
-        two_d = [(1, 1), (3, 1025), (33, 31), (130, 7), (1031, 2053)]
+        two_d = [(1, 1), (3, 1025), (33, 31), (130, 7), (1031, 2053), (4099, 3)]  # the last: rows of a few elements
         three_d = [(2, 3, 5), (3, 33, 31), (7, 130, 9), (5, 1031, 413)]
         return [(dtype, {"op": op, "axis": axis}, shapes)
                 for dtype in self.dtypes[:1 if small else None] for op in OPS
@@ -322,11 +323,17 @@ family = ReduceFamily()
 
 
 def short_rows_form(params: dict[str, Any], problem, space) -> dict[str, Any]:
-    """``params`` along rows of more than SHORT_ROW elements, or a thread-per-row form already; else the space's
+    """Along rows of at most SHORT_ROW elements, a thread-per-row form: ``params`` if it is one, else the space's
     start of ROW_MODE thread (where the space has one valid here). Every other row mode gives a row 4 lanes or
     more, most of them idle on rows of a few elements, each loading a few bytes: such forms read at a few per cent
-    of the memory's speed (benchmarks/NOTES.md item 65)."""
-    if problem.shape[-1] > SHORT_ROW or params.get("ROW_MODE") == "thread":
+    of the memory's speed (benchmarks/NOTES.md item 65). Along rows longer than THREAD_ROW_MAX, a thread-per-row
+    form (tuned on short rows) becomes the same with a warp per row: one thread walking a long row alone reads
+    one element a step, its warp's loads a row length apart. Other rows and forms: ``params``."""
+    n = problem.shape[-1]
+    if n > THREAD_ROW_MAX and params.get("ROW_MODE") == "thread":
+        warp = space.checked_or_none({**params, "ROW_MODE": "warp"}, dtype=problem.dtype, args=problem.args)
+        return warp if warp is not None else params
+    if n > SHORT_ROW or params.get("ROW_MODE") == "thread":
         return params
     for start in space.starts:
         if start.get("ROW_MODE") == "thread":
