@@ -74,3 +74,14 @@ def pytest_sessionfinish(session, exitstatus):
     it with the others)."""
     if not hasattr(session.config, "workerinput") and os.environ.pop("AUTOTUNE_TEST_CACHE_OWNED", None):
         shutil.rmtree(os.environ["AUTOTUNE_CACHE_DIR"], ignore_errors=True)
+
+
+#: tests that take half a minute or more on a 2-core machine (`--durations` of a CI run), as node id parts
+LONG_TESTS = ("test_numba_replacements.py::", "test_compile.py::test_covering_samples_compile", "test_readme.py::",
+              "test_tuner.py::test_failures_are_recorded", "test_compile.py::test_batched_kernels_offset")
+
+
+def pytest_collection_modifyitems(config, items):
+    """The long tests first, the rest in their order: the workers' last minutes are then short tests, which the
+    idle one steals (``--dist worksteal``), not a long one started late while the other worker waits."""
+    items.sort(key=lambda item: not any(part in item.nodeid for part in LONG_TESTS))

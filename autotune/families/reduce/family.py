@@ -210,8 +210,9 @@ class ReduceFamily(KernelFamily):
     # -- coverage -----------------------------------------------------------------------------------
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
         """Along rows of at most SHORT_ROW elements, a form that reduces them a thread per row, and along rows
-        longer than THREAD_ROW_MAX none (``short_rows_form``). Down columns: on rows narrower than the configuration's columns per block, as many threads across as
-        they need (``narrowed_bx``), and a configuration of fewer threads across than a warp (tuned on narrow
+        longer than THREAD_ROW_MAX none (``short_rows_form``). Down columns: on rows narrower than the
+        configuration's columns per block, as many threads across as they need (``narrowed_bx``), and a
+        configuration of fewer threads across than a warp (tuned on narrow
         rows) as many as these rows need up to a warp, each with the row splits that fill a GPU with those
         blocks (``column_splits``; the configuration's own were fitted to another array). Threads across kept,
         the configuration's own row splits, unless they give less than half a wave of blocks, each of more than
