@@ -192,19 +192,19 @@ class ReduceFamily(KernelFamily):
         many threads across as the rows' columns need (``narrowed_bx``) and enough row splits to fill a GPU (see
         column_splits)."""
         params = {"VEC": 2} if np.dtype(problem.dtype).itemsize == 8 else {}
-        if problem.args["axis"] == 1 and problem.shape[-1] <= SHORT_ROW:
-            from ...core.space import load_space
+        axis = problem.args["axis"]
+        if axis is None or (axis == 1 and problem.shape[-1] > SHORT_ROW):
+            return params
+        from ...core.space import load_space
 
-            space = load_space(self.name)
-            return short_rows_form({**space.defaults(problem.args), **params}, problem, space)
-        if problem.args["axis"] in (0, -2):
-            from ...core.space import load_space
-
-            chosen = {**load_space(self.name).defaults(problem.args), **params}
-            bx = narrowed_bx(chosen["BX"], chosen["VEC"], problem.shape[-1])
-            if bx != chosen["BX"]:
-                params["BX"] = bx
-            params["ROW_SPLIT"] = column_splits(problem.shape, bx * chosen["VEC"])
+        space = load_space(self.name)
+        chosen = {**space.defaults(problem.args), **params}
+        if axis == 1:
+            return short_rows_form(chosen, problem, space)
+        bx = narrowed_bx(chosen["BX"], chosen["VEC"], problem.shape[-1])
+        if bx != chosen["BX"]:
+            params["BX"] = bx
+        params["ROW_SPLIT"] = column_splits(problem.shape, bx * chosen["VEC"])
         return params
 
     # -- coverage -----------------------------------------------------------------------------------
