@@ -180,16 +180,22 @@ def interface(x: Any) -> dict | None:
     return getattr(x, "__cuda_array_interface__", None)
 
 
-def replay_form(x: Any) -> dict | None:
-    """What a replay key reads of the array ``x`` (pointer, shape, strides, element type, producer stream): its
-    CUDA Array Interface dict, or for a PyTorch CUDA tensor the same facts read from the tensor itself, with its
-    element strides and torch dtype (never equal to an interface's byte strides and typestr, so the two forms never
-    make one key). PyTorch builds its interface dict in Python at every read, a large share of the host time of a
-    call on tensors; it names no stream, and neither does this form. A tensor that records gradients gets the
-    interface path, which refuses it as before."""
+def replay_part(x: Any) -> tuple | None:
+    """A PyTorch CUDA tensor's part of a replay key (pointer, shape, element strides, torch dtype), read from the
+    tensor itself; None for anything else (whose part comes from its CUDA Array Interface: ``interface_part``).
+    The strides in elements and the torch dtype never equal an interface's byte strides and typestr, so the two
+    forms never make one key. PyTorch builds its interface dict in Python at every read, a large share of the host
+    time of a call on tensors; it names no producer stream, and neither does this form. A tensor that records
+    gradients gets the interface path, which refuses it as before."""
     if library_of(x) is TORCH and not x.requires_grad:
-        return {"data": (x.data_ptr(), False), "shape": x.shape, "strides": x.stride(), "typestr": x.dtype}
-    return interface(x)
+        return (x.data_ptr(), x.shape, x.stride(), x.dtype)
+    return None
+
+
+def interface_part(interface: dict) -> tuple:
+    """An array's part of a replay or plan key from its CUDA Array Interface dict: pointer, shape, strides,
+    typestr."""
+    return (interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"])
 
 
 def stream_of(interface: dict | None) -> int | None:
@@ -258,7 +264,7 @@ def interfaces_key(interfaces: list) -> tuple | None:
             continue
         if not interface:
             return None
-        key.append((interface["data"][0], tuple(interface["shape"]), interface.get("strides"), interface["typestr"]))
+        key.append(interface_part(interface))
     return tuple(key)
 
 

@@ -52,10 +52,25 @@ class Replay:
         self.stream = stream
         self.out = out
         self.library = library
-        self.interfaces = [None if v is None else (arrays.replay_form(v) or False)
-                           for v in (*inputs, out)]
-        found = arrays.interfaces_key(self.interfaces)
-        self.key = None if found is None else (call, library.name, found, stream_key(stream))
+        self.producers: list[int | None] = []  # the streams the arrays' interfaces name
+        self.key = self._key(call, (*inputs, out))
+
+    def _key(self, call: tuple, arrays_given: tuple) -> tuple | None:
+        """What identifies the call: its arguments, the result's library, the launch stream and each array's part
+        (None where one is a host array or not an array at all: no replay)."""
+        key = [call, self.library.name, stream_key(self.stream)]
+        replayable = True
+        for v in arrays_given:
+            part = None if v is None else arrays.replay_part(v)
+            if v is not None and part is None:
+                found = arrays.interface(v)
+                if found:
+                    part = arrays.interface_part(found)
+                    self.producers.append(found.get("stream"))
+                else:
+                    replayable = False  # the other arrays' streams are still followed
+            key.append(part)
+        return tuple(key) if replayable else None
 
     def result(self):
         """The call's output, replayed, if the call was kept (written as far as the stream goes); else None."""
@@ -74,9 +89,9 @@ class Replay:
         return new if self.library.wrap is None else self.library.wrap(new)
 
     def follow(self) -> None:
-        producers = [arrays.stream_of(found) for found in self.interfaces if found]
-        if any(producer is not None for producer in producers):
-            streams.follow(self.stream, producers)
+        """Make the launch stream wait for the streams the arrays name (where any names one)."""
+        if any(producer is not None for producer in self.producers):
+            streams.follow(self.stream, self.producers)
 
     def run(self, plan: Plan, result) -> None:
         """Run the first call's plan, which writes ``result``, and keep it for the next (a plan for a new output
