@@ -428,6 +428,23 @@ def test_repeated_device_calls_with_out_replay_the_kept_launches():
     assert calls.Replay(call, (np.ones(4), None), out, 0).key is None
 
 
+def test_a_replay_follows_every_stream_its_arrays_name_a_host_array_among_them_included(monkeypatch):
+    """The launch stream waits for each producer stream an array's interface names, whichever argument it is and
+    wherever a host array (which makes the call unreplayable) stands among them."""
+    followed = []
+    monkeypatch.setattr(streams, "follow", lambda stream, producers: followed.append(list(producers)))
+    call = ("reduce", "dot", None, False, None)
+    for inputs, out, expected, replayable in (
+            ((_Interfaced(4096, 5), _Interfaced(4160, 6)), _Interfaced(8192, 9), [5, 6, 9], True),
+            ((np.ones(4), _Interfaced(4160, 6)), _Interfaced(8192, None), [6, None], False),
+            ((_Interfaced(4096, None), np.ones(4)), None, None, False)):
+        followed.clear()
+        replay = calls.Replay(call, inputs, out, 0)
+        replay.follow()
+        assert (replay.key is not None) == replayable
+        assert followed == ([] if expected is None else [expected])
+
+
 def test_repeated_device_calls_without_out_get_a_new_array_each_written_by_the_moved_plan():
     """Callers keep results, so each call returns a new array; the kept plan's pointers into the first output
     are moved onto it, the inputs' pointers are not."""

@@ -57,7 +57,7 @@ class Replay:
 
     def _key(self, call: tuple, arrays_given: tuple) -> tuple | None:
         """What identifies the call: its arguments, the result's library, the launch stream and each array's part
-        (None where one is a host array or not an array at all: no replay)."""
+        (None for an argument not given). The key is None where one is a host array or no array: no replay."""
         key = [call, self.library.name, stream_key(self.stream)]
         replayable = True
         for v in arrays_given:
