@@ -196,6 +196,16 @@ def check_torch_replays(rng, torch) -> None:
     totals = [autotune.sum(y, stream=s) for _ in range(20)]  # PyTorch's current stream is not s
     s.synchronize()
     check(all(t.item() == 1 << 22 for t in totals), "torch: replayed sums on another stream than PyTorch's current one")
+    from autotune.runtime.torch_stream import current_handle
+
+    index = torch.cuda.current_device()
+    with torch.cuda.stream(s):
+        inside = current_handle(torch, index)
+        totals = [autotune.sum(y) for _ in range(20)]  # launched on the default stream, PyTorch's current is s
+    torch.cuda.synchronize()
+    check(inside == s.cuda_stream and current_handle(torch, index) == torch.cuda.current_stream().cuda_stream,
+          "torch: PyTorch's current stream read through its private query (autotune/runtime/torch_stream.py)")
+    check(all(t.item() == 1 << 22 for t in totals), "torch: replayed sums while PyTorch's current stream is another")
     an = rng.standard_normal((96, 80)).astype(np.float32)
     a = torch.from_numpy(an).cuda()
     results = [autotune.matmul(a, a.T) for _ in range(3)]

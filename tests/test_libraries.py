@@ -2,6 +2,8 @@
 out; PyTorch CPU tensors in, PyTorch tensors out (bfloat16 included); host DLPack producers read; ``out=`` of
 each; which library a call's arguments belong to. PyTorch's own tests run where PyTorch is installed; its and
 CuPy's GPU results are checked by lab/interop_gpu.py on a GPU."""
+import sys
+import types
 import warnings
 
 import ml_dtypes
@@ -11,7 +13,7 @@ from checks import assert_matmul_close, small_integers
 from numba import cuda
 
 import autotune
-from autotune.runtime import libraries
+from autotune.runtime import libraries, streams
 from autotune.runtime.libraries import library_of
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
@@ -189,3 +191,63 @@ def test_a_tensor_that_records_gradients_is_refused(torch):
         autotune.sum(torch.ones(3, requires_grad=True))
     with pytest.raises(ValueError, match="requires grad"):
         autotune.sum(torch.ones(3), out=torch.zeros((), requires_grad=True))
+
+
+class _FakeTensor:
+    """What ``_torch_result`` uses of a tensor, logging ``record_stream``."""
+
+    def __init__(self, log: list):
+        self.log = log
+
+    def new_empty(self, shape):
+        return _FakeTensor(self.log)
+
+    def record_stream(self, stream):
+        self.log.append(stream)
+
+    def data_ptr(self):
+        return 4096
+
+
+def _fake_torch(current):
+    """A stand-in for the ``torch`` module: its private current-stream query returns ``current`` (an int), raises
+    (an exception), or is missing (None)."""
+    if current is None:
+        private = types.SimpleNamespace()
+    elif isinstance(current, Exception):
+        def private_query(index):
+            raise current
+        private = types.SimpleNamespace(_cuda_getCurrentRawStream=private_query)
+    else:
+        private = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: current)
+    return types.SimpleNamespace(_C=private)
+
+
+@pytest.mark.parametrize("current, launch, recorded", [
+    (0, 0, False),          # PyTorch's current stream is the launch stream: nothing to record
+    (7, 0, True),           # another current stream: the block is recorded on the launch stream
+    (0, 7, True),
+    (7, 7, False),
+    (None, 0, True),        # no private query: recorded, as without the shortcut
+    (RuntimeError("no CUDA"), 0, True)])
+def test_a_replayed_tensor_result_is_recorded_on_its_stream_unless_pytorchs_current_one_is_it(
+        monkeypatch, current, launch, recorded):
+    from autotune.runtime import torch_stream
+    from autotune.runtime.launch import Written
+
+    log = []
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(current))
+    monkeypatch.setattr(torch_stream, "_warned", False)
+    monkeypatch.setattr(libraries, "stream_key", lambda s: 0 if s is streams.DEFAULT else int(s))  # as on a GPU
+    context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+    launch_stream = streams.DEFAULT if launch == 0 else launch
+    monkeypatch.setitem(libraries._torch_targets, (0, launch, "float32"), (_FakeTensor(log), "the launch stream"))
+    written = Written(8192, 16, (4,), "float32", "C", context)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            tensor, pointer = libraries.TORCH.new(written, launch_stream)
+            assert pointer == 4096 and isinstance(tensor, _FakeTensor)
+    assert log == (["the launch stream"] * 2 if recorded else [])
+    said = [w for w in caught if "_cuda_getCurrentRawStream" in str(w.message)]
+    assert len(said) == (1 if current is None or isinstance(current, Exception) else 0)

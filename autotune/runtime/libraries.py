@@ -31,6 +31,7 @@ import numpy as np
 
 from ..core.dtypes import BFLOAT16, numpy_from_torch, retyped, torch_dtype, torch_from_device, torch_from_numpy
 from .streams import stream_key
+from .torch_stream import current_handle
 
 DLPACK_HOST = (1, 3)  # DLPack's kDLCPU, kDLCUDAHost: memory the host reads
 DLPACK_DEVICE = (2, 13)  # kDLCUDA, kDLCUDAManaged
@@ -68,10 +69,11 @@ def _cupy_from_device(d):
 def _torch_result(written, stream) -> tuple[Any, int]:
     """A new PyTorch tensor of the form of a kept output (``launch.Written``), on the GPU it was made on, from
     PyTorch's caching allocator, and its pointer. The allocator gives the block to PyTorch's current stream;
-    ``record_stream`` tells it that the launch stream uses it too (a no-op where they are the same), so the block
-    is not handed to other work before the launches that write it are done. Made from a kept 0-d tensor of the
-    result's dtype on its device (``empty_like`` of it for a 0-d result, ``new_empty`` otherwise): no device or
-    dtype arguments for PyTorch to parse, about half the host time of ``torch.empty`` (lab/torch_alloc_gpu.py)."""
+    where that is not the launch stream (``torch_stream.current_handle``; unknown counts as not), ``record_stream``
+    tells it that the launch stream uses it too, so the block is not handed to other work before the launches
+    that write it are done. Made from a kept 0-d tensor of the result's dtype on its device (``empty_like`` of it
+    for a 0-d result, ``new_empty`` otherwise): no device or dtype arguments for PyTorch to parse, about half the
+    host time of ``torch.empty`` (lab/torch_alloc_gpu.py)."""
     torch = sys.modules["torch"]  # imported: the call's arguments are tensors
     index = torch.cuda.current_device() if written.context is None else written.context.device.id
     key = (index, stream_key(stream), written.dtype)
@@ -86,7 +88,8 @@ def _torch_result(written, stream) -> tuple[Any, int]:
     else:
         shape = written.shape[::-1]
         tensor = template.new_empty(shape).permute(*range(len(shape) - 1, -1, -1))
-    tensor.record_stream(torch_stream)
+    if current_handle(torch, index) != key[1]:
+        tensor.record_stream(torch_stream)
     return tensor, tensor.data_ptr()
 
 
