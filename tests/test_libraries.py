@@ -209,9 +209,9 @@ class _FakeTensor:
         return 4096
 
 
-def _fake_torch(current):
-    """A stand-in for the ``torch`` module: its private current-stream query returns ``current`` (an int), raises
-    (an exception), or is missing (None)."""
+def _fake_torch(current, device: int):
+    """A stand-in for the ``torch`` module: its private current-stream query returns ``current`` (an int) for
+    ``device`` and another stream for any other device, raises (an exception), or is missing (None)."""
     if current is None:
         private = types.SimpleNamespace()
     elif isinstance(current, Exception):
@@ -219,29 +219,30 @@ def _fake_torch(current):
             raise current
         private = types.SimpleNamespace(_cuda_getCurrentRawStream=private_query)
     else:
-        private = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: current)
+        private = types.SimpleNamespace(_cuda_getCurrentRawStream=lambda index: current if index == device else 99)
     return types.SimpleNamespace(_C=private)
 
 
+@pytest.mark.parametrize("device", [0, 3])
 @pytest.mark.parametrize("current, launch, recorded", [
-    (0, 0, False),          # PyTorch's current stream is the launch stream: nothing to record
+    (0, 0, False),          # PyTorch's current stream (on the result's device) is the launch stream: no record
     (7, 0, True),           # another current stream: the block is recorded on the launch stream
     (0, 7, True),
     (7, 7, False),
     (None, 0, True),        # no private query: recorded, as without the shortcut
     (RuntimeError("no CUDA"), 0, True)])
 def test_a_replayed_tensor_result_is_recorded_on_its_stream_unless_pytorchs_current_one_is_it(
-        monkeypatch, current, launch, recorded):
+        monkeypatch, current, launch, recorded, device):
     from autotune.runtime import torch_stream
     from autotune.runtime.launch import Written
 
     log = []
-    monkeypatch.setitem(sys.modules, "torch", _fake_torch(current))
+    monkeypatch.setitem(sys.modules, "torch", _fake_torch(current, device))
     monkeypatch.setattr(torch_stream, "_warned", False)
     monkeypatch.setattr(libraries, "stream_key", lambda s: 0 if s is streams.DEFAULT else int(s))  # as on a GPU
-    context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+    context = types.SimpleNamespace(device=types.SimpleNamespace(id=device))  # the device the result is made on
     launch_stream = streams.DEFAULT if launch == 0 else launch
-    monkeypatch.setitem(libraries._torch_targets, (0, launch, "float32"), (_FakeTensor(log), "the launch stream"))
+    monkeypatch.setitem(libraries._torch_targets, (device, launch, "float32"), (_FakeTensor(log), "the launch stream"))
     written = Written(8192, 16, (4,), "float32", "C", context)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -251,3 +252,4 @@ def test_a_replayed_tensor_result_is_recorded_on_its_stream_unless_pytorchs_curr
     assert log == (["the launch stream"] * 2 if recorded else [])
     said = [w for w in caught if "_cuda_getCurrentRawStream" in str(w.message)]
     assert len(said) == (1 if current is None or isinstance(current, Exception) else 0)
+    assert all(w.filename == __file__ for w in said)  # at the caller's line, not autotune's

@@ -13,16 +13,17 @@ would without it, and a ``RuntimeWarning`` says once per process that the shortc
 """
 from __future__ import annotations
 
-import warnings
 from typing import Any
+
+from ..core.caller import warn
 
 PRIVATE_NAME = "_cuda_getCurrentRawStream"
 _warned = False
 
 
 def current_handle(torch: Any, index: int) -> int | None:
-    """The handle of PyTorch's current stream on device ``index`` (0: the legacy default stream), or None where
-    PyTorch's private query is missing or fails (said once)."""
+    """The handle of PyTorch's current stream on device ``index`` (0: PyTorch's default stream, the legacy default
+    stream in standard builds), or None where PyTorch's private query is missing or fails (said once)."""
     query = getattr(getattr(torch, "_C", None), PRIVATE_NAME, None)
     if query is not None:
         try:
@@ -35,9 +36,11 @@ def current_handle(torch: Any, index: int) -> int | None:
 
 
 def _warn_once(why: str) -> None:
+    """Say it at the caller's line, once; counted as said only once the warning was issued (a filter that turns it
+    into an error raises it again at the next call)."""
     global _warned
     if not _warned:
+        warn(f"autotune: PyTorch's current stream cannot be read through torch._C.{PRIVATE_NAME} ({why}); results "
+             f"made for replayed calls on tensors are recorded on their launch stream each time (record_stream, about "
+             f"a microsecond a call)", RuntimeWarning)
         _warned = True
-        warnings.warn(f"autotune: PyTorch's current stream cannot be read through torch._C.{PRIVATE_NAME} ({why}); "
-                      f"results made for replayed calls on tensors are recorded on their launch stream each time "
-                      f"(record_stream, about a microsecond a call)", RuntimeWarning, stacklevel=3)
