@@ -76,7 +76,8 @@ def _torch_result(written, stream) -> tuple[Any, int]:
     host time of ``torch.empty`` (lab/torch_alloc_gpu.py)."""
     torch = sys.modules["torch"]  # imported: the call's arguments are tensors
     index = torch.cuda.current_device() if written.context is None else written.context.device.id
-    key = (index, stream_key(stream), written.dtype)
+    handle = stream_key(stream)
+    key = (index, handle, written.dtype)
     target = _torch_targets.get(key)
     if target is None:
         target = _torch_target(torch, *key)
@@ -88,7 +89,7 @@ def _torch_result(written, stream) -> tuple[Any, int]:
     else:
         shape = written.shape[::-1]
         tensor = template.new_empty(shape).permute(*range(len(shape) - 1, -1, -1))
-    if current_handle(torch, index) != key[1]:
+    if current_handle(torch, index) != handle:
         tensor.record_stream(torch_stream)
     return tensor, tensor.data_ptr()
 
