@@ -7,7 +7,7 @@
     autotune selftest --device 0                               correctness of every parameter value on the GPU
     autotune render --family FAMILY -p NAME=VALUE ...          print a variant's generated source
     autotune warm [--cc 9.0 [--ship [--check]]]                compile the database's kernels ahead
-    autotune show / db check / db merge OTHER.yaml             the tuned database
+    autotune show / db check / db merge OTHER.yaml / db refresh the tuned database
     autotune studies list / show / delete                      the tuning studies kept in a state folder
     autotune --version                                         versions and the compile-time replacements
 
@@ -370,6 +370,22 @@ def _db_parsers(sub, common, chosen: list) -> None:
     add_family_option(merge, chosen, what="a family to load, so that its entries are checked and merged too "
                       "(entries of families not known here are not merged)", repeatable=True)
     merge.set_defaults(run=run_db_merge)
+    refresh = dbsub.add_parser("refresh", parents=[common], help="measure stale entries again on this GPU",
+                               description="Measure again, on this GPU, each entry of its model's file in your folder "
+                               "that `db check` finds stale (the templates changed since it was measured): its "
+                               "configuration is built from the current templates, checked against NumPy on fresh "
+                               "data and timed, and the entry written back with the new time. One that fails stays "
+                               "stale (exit 1). The cheap way back after a template change meant to make the same "
+                               "configurations faster; re-tuning (--force) searches again.")
+    refresh.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
+    refresh.add_argument("--device", default="0", help="GPU index (default 0)")
+    refresh.add_argument("--only", action="append", default=[], metavar="PREFIX",
+                         help="only entries whose key starts with PREFIX, e.g. matmul/float16 (repeatable)")
+    refresh.add_argument("--simulator", action="store_true", help="dry run in Numba's CUDA simulator: the stale "
+                         "entries of its own file (cuda-simulator.yaml); timings are meaningless")
+    add_family_option(refresh, chosen, what="a family to load, so that its entries are refreshed too",
+                      repeatable=True)
+    refresh.set_defaults(run=run_db_refresh)
 
 
 def _studies_parser(sub, common, chosen: list) -> None:
@@ -668,6 +684,27 @@ def run_db_check(args) -> int:
     for line in _foreign_lines(files, [], "checks"):
         print(line)
     return 1 if bad else 0
+
+
+def run_db_refresh(args) -> int:
+    from ..core.device import current_device
+    from ..runtime.db import db_dir, db_path
+    from ..tuning.refresh import refresh_file
+
+    chosen_all(args)  # families named by path are registered, so that their entries are read
+    if not require_gpu(args, "db refresh"):
+        return EXIT_NO_GPU
+    if not args.simulator:
+        from numba import cuda
+
+        cuda.select_device(gpu_indices(args.device)[0])
+    device = current_device()
+    path = db_path(db_dir(args.db), device.name)
+    if not path.is_file():
+        print(f"no database file of {device.name} in {path.parent}: nothing to refresh")
+        return 0
+    results = refresh_file(path, device, tuple(args.only))
+    return 1 if any(r.error for r in results) else 0
 
 
 def run_db_merge(args) -> int:

@@ -383,7 +383,13 @@ def stale_note(entry: Entry, source: str | None = None) -> str | None:
 def stale_entries(db_file: DbFile) -> list[str]:
     """A sentence, naming the file and the entry, for each entry of ``db_file`` that ``stale_note`` finds stale
     (each distinct configuration rendered once)."""
-    notes, renders = [], {}
+    return [f"{db_file.path}: entry {entry.problem.key}: {note}" for entry, note in stale(db_file)]
+
+
+def stale(db_file: DbFile) -> list[tuple[Entry, str]]:
+    """Each entry of ``db_file`` that ``stale_note`` finds stale, with the note (each distinct configuration
+    rendered once)."""
+    found, renders = [], {}
     for entry in db_file.entries:
         if not entry.record.get("source_hash"):
             continue
@@ -395,8 +401,8 @@ def stale_entries(db_file: DbFile) -> list[str]:
                 renders[key] = None  # stale_note renders again and says why it fails
         note = stale_note(entry, renders[key])
         if note:
-            notes.append(f"{db_file.path}: entry {entry.problem.key}: {note}")
-    return notes
+            found.append((entry, note))
+    return found
 
 
 def _frozen(mapping: Mapping[str, Any]) -> tuple:

@@ -373,17 +373,10 @@ class CoverageRun:
                     resources: dict[str, Any] | None = None) -> None:
         """Write a shape's fastest candidate, with the hash of the GPU source it measured (``source_hash``), as a
         tuning run writes its winner (report.write_results)."""
-        from ..runtime.build import render_source
-        from ..runtime.db import db_dir, db_path, entry_record, parse_entry, write_entries
-        from ..runtime.render import source_hash, template_hash
-        from .report import versions
+        from ..runtime.db import db_dir, db_path, parse_entry, write_entries
+        from .report import measured_record
 
-        _, _, source = render_source(problem.family, params, problem.dtype, simulator=False, **problem.args)
-        record = entry_record(problem, params, time={k: timing[k] for k in ("median_ms", "p20_ms", "p80_ms", "reps")},
-                              rate=round(problem.rate(timing["median_ms"] / 1e3), 4), unit=problem.unit,
-                              resources=resources, device=self.device.as_dict(), versions=versions(),
-                              template_hash=template_hash(problem.impl), source_hash=source_hash(source),
-                              trials=trials, date=datetime.date.today().isoformat())
+        record = measured_record(problem, params, timing, self.device, trials, resources=resources)
         path = db_path(db_dir(self.config.db), self.device.name)
         for note in write_entries(path, self.device.as_dict(), [parse_entry(record)]):
             self.report(f"  {note}")

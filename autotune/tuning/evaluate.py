@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 import traceback
+from typing import Any
 
 import numpy as np
 
@@ -119,6 +120,27 @@ def _cache_hits(kernel, loaded: list) -> int | None:
         return from_code
     stats = getattr(kernel.entry, "stats", None)
     return from_code + (int(sum(stats.cache_hits.values())) if stats is not None else 0)
+
+
+def checked_timing(problem: Problem, params: dict[str, Any], rep_ms: float | None = None,
+                   give_up_ms: float | None = None) -> tuple[dict[str, Any] | None, str | None]:
+    """(the timing, None) of ``params`` on fresh data of the problem's shape in this process, after its output was
+    checked against the family's oracle (output poisoned first); (None, why) where it is wrong or fails to build or
+    run. ``rep_ms``: as ``budget`` takes it; ``give_up_ms``: as ``measure.bench`` takes it."""
+    from .measure import bench, l2_flusher
+
+    try:
+        kernel = build_kernel(problem.family, params, problem.dtype, **problem.args)
+        inst = Instance(problem, np.random.default_rng())
+        error = inst.check(kernel)
+        if error:
+            return None, f"is wrong: {error}"
+        simulator = backend.simulator()
+        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
+                       simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
+    except Exception as exc:
+        return None, f"failed: {type(exc).__name__}: {exc}"
+    return timing.as_dict(), None
 
 
 def budget(rep_ms: float | None) -> dict[str, float]:

@@ -14,7 +14,6 @@ first time it runs in a process it says so, once. The winner is written to the f
 """
 from __future__ import annotations
 
-import datetime
 import os
 import sys
 import threading
@@ -24,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
 from ..core import backend
 from ..core.device import DeviceInfo, current_device
@@ -126,39 +124,22 @@ def time_candidate(problem: Problem, params: dict[str, Any], rep_ms: float,
                    give_up_ms: float | None = None) -> dict[str, Any] | None:
     """The candidate's timing on scratch data of the problem's shape, after its output was checked; None (said on
     stderr) where it fails to build, run or check. ``give_up_ms``: as ``measure.bench`` takes it."""
-    from ..runtime.build import build_kernel
-    from .evaluate import budget
-    from .instance import Instance
-    from .measure import bench, l2_flusher
+    from .evaluate import checked_timing
 
-    try:
-        kernel = build_kernel(problem.family, params, problem.dtype, **problem.args)
-        inst = Instance(problem, np.random.default_rng())
-        error = inst.check(kernel)
-        if error:
-            print(f"autotune: first-use candidate {params} of {problem.key} is wrong: {error}", file=sys.stderr)
-            return None
-        simulator = backend.simulator()
-        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
-                       simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
-    except Exception as exc:  # a candidate that cannot run is skipped, never the caller's failure
-        print(f"autotune: first-use candidate {params} of {problem.key} failed: {type(exc).__name__}: {exc}",
-              file=sys.stderr)
-        return None
-    return timing.as_dict()
+    timing, error = checked_timing(problem, params, rep_ms, give_up_ms)
+    if error:  # a candidate that cannot run is skipped, never the caller's failure
+        print(f"autotune: first-use candidate {params} of {problem.key} {error}", file=sys.stderr)
+    return timing
 
 
 def keep(problem: Problem, params: dict[str, Any], timing: dict[str, Any], trials: int, device: DeviceInfo,
          db) -> Path:
-    """Write the winner into the database folder tuning commands write; the file's path."""
-    from ..runtime.db import db_dir, db_path, entry_record, parse_entry, write_entries
-    from ..runtime.render import template_hash
-    from .report import versions
+    """Write the winner into the database folder tuning commands write, with the hash of the source it measured
+    (as a tuning run writes its winner); the file's path."""
+    from ..runtime.db import db_dir, db_path, parse_entry, write_entries
+    from .report import measured_record
 
-    record = entry_record(problem, params, time=timing, rate=round(problem.rate(timing["median_ms"] / 1e3), 4),
-                          unit=problem.unit, device=device.as_dict(), versions=versions(),
-                          template_hash=template_hash(problem.impl), trials=trials,
-                          date=datetime.date.today().isoformat())
+    record = measured_record(problem, params, timing, device, trials)
     path = db_path(db_dir(db), device.name)
     write_entries(path, device.as_dict(), [parse_entry(record)])
     return path

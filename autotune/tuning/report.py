@@ -74,25 +74,36 @@ def versions() -> dict[str, str]:
     return out
 
 
+def measured_record(problem, params: dict[str, Any], timing: dict[str, Any], device: DeviceInfo, trials: int,
+                    **fields: Any) -> dict[str, Any]:
+    """The database record of ``params`` measured on ``device`` for ``problem`` (``timing``: a ``Timing.as_dict``;
+    ``fields``: baseline, resources), with the hash of the GPU source the configuration renders to
+    (``source_hash``), so that a lookup can tell when the templates no longer render the kernel it measured."""
+    from ..runtime.build import render_source
+    from ..runtime.db import entry_record
+    from ..runtime.render import source_hash, template_hash
+
+    _, _, source = render_source(problem.family, params, problem.dtype, simulator=False, **problem.args)
+    time = {k: timing[k] for k in ("median_ms", "p20_ms", "p80_ms", "reps")}
+    return entry_record(problem, params, time=time, rate=round(problem.rate(timing["median_ms"] / 1e3), 4),
+                        unit=problem.unit, **fields, device=device.as_dict(), versions=versions(),
+                        template_hash=template_hash(problem.impl), source_hash=source_hash(source), trials=trials,
+                        date=datetime.date.today().isoformat())
+
+
 def write_results(results, device: DeviceInfo, db: str | None, config, force: bool = False) -> list[str]:
     """Write each tuned winner into the device's database file (merging; see db.write_entries), with the hash of
     the GPU source its configuration renders to (``source_hash``), so that a lookup can tell when the templates
     no longer render the kernel it measured."""
-    from ..runtime.build import render_source
-    from ..runtime.db import db_dir, db_path, entry_record, parse_entry, write_entries
-    from ..runtime.render import source_hash, template_hash
+    from ..runtime.db import db_dir, db_path, parse_entry, write_entries
 
     path = db_path(db_dir(db), device.name)
     lines = []
     for r in results:
         if not r.best:
             continue
-        _, _, source = render_source(r.problem.family, r.best, r.problem.dtype, simulator=False, **r.problem.args)
-        record = entry_record(
-            r.problem, r.best, time=r.timing, rate=round(r.rate, 4), unit=r.problem.unit,
-            baseline=_rounded(r.baseline), resources=r.resources, device=device.as_dict(), versions=versions(),
-            template_hash=template_hash(r.problem.impl), source_hash=source_hash(source), trials=r.measured,
-            date=datetime.date.today().isoformat())
+        record = measured_record(r.problem, r.best, r.timing, device, r.measured, baseline=_rounded(r.baseline),
+                                 resources=r.resources)
         # A run that measured the current entry's configuration itself has compared them fairly: its best
         # replaces the entry even if the entry's recorded time (perhaps from older code) is lower.
         lines += write_entries(path, device.as_dict(), [parse_entry(record)], force=force or r.incumbent_measured,
