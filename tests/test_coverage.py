@@ -236,6 +236,7 @@ def test_tuning_on_first_use_keeps_a_checked_winner(tmp_path, monkeypatch, rng):
                                                       "reduce/float32/nanmax/all/301"]
     kept = next(e for e in entries if e.problem.shape == (301,))
     assert kept.params == kernel.params and kept.record["trials"] >= 1
+    assert all(e.record.get("source_hash") and db.stale_note(e) is None for e in entries)  # judged, and current
     problem = Problem("reduce", (301,), "float32", {"op": "nanmax"})
     assert Instance(problem, rng).check(kernel) is None  # NaN planted, poisoned output, float64 reference
 

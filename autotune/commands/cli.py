@@ -692,7 +692,7 @@ def run_db_refresh(args) -> int:
     from ..tuning.refresh import refresh_file
 
     chosen_all(args)  # families named by path are registered, so that their entries are read
-    if not require_gpu(args, "db refresh"):
+    if not require_gpu(args, "db refresh", what="the stale entries of its own file, meaningless timings"):
         return EXIT_NO_GPU
     if not args.simulator:
         from numba import cuda

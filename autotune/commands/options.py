@@ -59,12 +59,12 @@ def gpu_indices(text: str) -> tuple[int, ...]:
     return devices
 
 
-def require_gpu(args, command: str, dry_run: bool = True) -> bool:
+def require_gpu(args, command: str, dry_run: bool = True, what: str = "tiny shape, meaningless timings") -> bool:
     from ..core.device import gpu_available
 
     if getattr(args, "simulator", False) or gpu_available():
         return True
-    hint = (f"  For a dry run of the whole pipeline in Numba's CUDA simulator (tiny shape, meaningless timings):\n"
+    hint = (f"  For a dry run of the whole pipeline in Numba's CUDA simulator ({what}):\n"
             f"      autotune {command} --simulator" if dry_run else
             "  It times kernels against vendor libraries, which needs a GPU; `autotune selftest --simulator` checks "
             "kernels without one.")

@@ -625,6 +625,20 @@ def write_entries(path: Path, device: Mapping[str, Any], incoming: list[Entry], 
     return _rewrite(path, device, change)
 
 
+def replace_entry(path: Path, device: Mapping[str, Any], old: Entry, new: Entry) -> str | None:
+    """Put ``new`` in the place of ``old`` in the file at ``path``, under its lock, only where the file still holds
+    ``old``'s record for that key (nothing wrote another since ``old`` was read); a note of what was done, or None
+    where the file changed meanwhile (then nothing is written)."""
+    def change(current: DbFile) -> tuple[list[Entry], list[Rule], list[str]]:
+        held = {e.problem.key: e for e in current.entries}.get(old.problem.key)
+        if held is None or held.record != old.record:
+            return current.entries, current.rules, []
+        return [new if e is held else e for e in current.entries], current.rules, [_replace_note(new, old, "")]
+
+    notes = _rewrite(path, device, change)
+    return notes[0] if notes else None
+
+
 def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, replace: bool = True) -> list[str]:
     """Put ``incoming`` rules into the file at ``path`` under its lock, entries and other rules kept. A rule
     replaces the one of the same family, dtype and arguments (a refit from newer data), unless ``replace`` is
