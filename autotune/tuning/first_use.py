@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ..core import backend
 from ..core.device import DeviceInfo, current_device
 from ..core.problem import Problem
