@@ -7,8 +7,9 @@ them, median of alternating rounds):
 - the replay's bookkeeping: ``library_of(t)``, building the ``Replay`` (its key from the tensor), finding the kept
   plan;
 - the new result: ``TORCH.new`` (a 0-d tensor from PyTorch's allocator and its ``record_stream``), and each half;
-- the launch: the kept plan moved onto a result made once (``Written.replay_onto``), and the prepared launch
-  (``cuLaunchKernel`` through cuda.bindings) alone;
+- the launch: the kept plan moved onto a result made once (``Written.replay_onto``), and each of its steps alone
+  (a prepared ``cuLaunchKernel``, or a ``cuMemsetD32Async``, through cuda.bindings), the memset also with its
+  arguments as cuda.bindings' types made once;
 - PyTorch's private query of its current stream's handle, which would tell when ``record_stream`` can be left out
   (the current stream being the launch stream), against the 1.3 us that call costs.
 
@@ -26,7 +27,7 @@ import torch
 from interop_gpu import timed  # lab/interop_gpu.py
 
 import autotune
-from autotune.runtime import calls, libraries
+from autotune.runtime import calls, launch, libraries
 from autotune.runtime.streams import as_stream
 
 
@@ -53,8 +54,16 @@ def parts(t, out) -> dict:
         "tensor.record_stream(s)": lambda: new.record_stream(torch_stream),
         "written.replay_onto(plan, new, pointer)": lambda: written.replay_onto(plan, new, pointer),
     }
-    if steps:
-        found["the prepared launch alone"] = steps[0]
+    for i, (step, kind) in enumerate(zip(steps or (), plan._steps)):
+        found[f"step {i} alone ({type(kind).__name__})"] = step
+    memsets = [step for step in plan._steps if isinstance(step, launch.Memset)]
+    if memsets:  # the driver memset with its arguments as cuda.bindings' own types, made once
+        from cuda.bindings import driver as bindings
+
+        m = memsets[0]
+        typed = (bindings.CUdeviceptr(m.pointer), bindings.CUstream(m.stream))
+        found["cuMemsetD32Async, int arguments"] = lambda: bindings.cuMemsetD32Async(m.pointer, 0, m.words, m.stream)
+        found["cuMemsetD32Async, typed arguments"] = lambda: bindings.cuMemsetD32Async(typed[0], 0, m.words, typed[1])
     raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # private: what would tell record_stream apart
     if raw_stream is not None:
         index = t.device.index
