@@ -39,7 +39,8 @@ def parts(t, out) -> dict:
     plan, written = calls._replays[replay.key]  # kept by the first call
     new, pointer = libraries.TORCH.new(written, stream)
     written.replay_onto(plan, new, pointer)  # its launches moved onto ``new``, kept per pointer
-    steps = written.moves.get(pointer)
+    moved = written.moves.get(pointer)  # a Plan: from its second run, one CUDA graph launch
+    steps = launch._calls(moved._steps) if moved is not None else None  # its steps one by one
     template = torch.empty((), dtype=t.dtype, device=t.device)
     torch_stream = torch.cuda.default_stream(t.device)
     found = {

@@ -10,6 +10,8 @@ in one process, batches of 100 calls (the GPU waited for untimed between batches
   unpacked beforehand, and the same launch through ``ctypes`` on libcuda (CDLL, which releases the GIL, and
   PyDLL, which keeps it), with every argument a ctypes value made once;
 - the same for the plan's memset where it has one;
+- the plan's steps captured into a CUDA graph, launched with one ``cuGraphLaunch`` (and the launch alone as a
+  graph of one node);
 - ``TORCH.new`` against ``torch.empty_like`` of the kept template and the current-stream query alone.
 
     cd lab && python3 launch_ab_gpu.py [--rounds 7]
@@ -20,6 +22,7 @@ import argparse
 import ctypes
 import sys
 import warnings
+from typing import Any
 
 import torch
 from interop_gpu import timed  # lab/interop_gpu.py
@@ -55,6 +58,52 @@ def ctypes_memset(dll, m) -> callable:
     return call
 
 
+def check(b, result) -> Any:
+    err, *rest = result
+    if err != b.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"{err!r}")
+    return rest[0] if len(rest) == 1 else rest
+
+
+def graph_launches(steps, plan, new, expected: float, scale: float) -> dict:
+    """The plan's steps captured into a CUDA graph on a stream of its own (memset and launch with the same
+    arguments), launched with one cuGraphLaunch on the plan's stream; and the launch alone as a graph of one node.
+    The graph's result is checked first."""
+    from cuda.bindings import driver as b
+
+    stream = check(b, b.cuStreamCreate(1))  # CU_STREAM_NON_BLOCKING
+
+    def captured(which) -> Any:
+        check(b, (b.cuStreamBeginCapture(stream, b.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)[0],
+                  None))
+        for step, kind in zip(steps, plan._steps):
+            if not which(kind):
+                continue
+            if isinstance(kind, launch.Memset):
+                check(b, (b.cuMemsetD32Async(step.pointer, 0, step.words, stream)[0], None))
+            else:
+                check(b, (b.cuLaunchKernel(step._function, *step._dims, stream, step._params, 0)[0], None))
+        graph = check(b, b.cuStreamEndCapture(stream))
+        return check(b, b.cuGraphInstantiate(graph, 0))
+
+    whole, only_launch = captured(lambda kind: True), captured(lambda kind: isinstance(kind, launch.PackedLaunch))
+    launch_stream = b.CUstream(0)
+    new.fill_(float("nan"))
+    check(b, (b.cuGraphLaunch(whole, launch_stream)[0], None))
+    torch.cuda.synchronize()
+    assert abs(float(new) - expected) <= 1e-5 * scale, (float(new), expected)
+    print("the plan as one graph computed the sum")
+    graph_launch, success = b.cuGraphLaunch, b.CUresult.CUDA_SUCCESS
+
+    def go(exe):
+        def call():
+            err, = graph_launch(exe, launch_stream)
+            if err != success:
+                raise RuntimeError(f"{err!r}")
+        return call
+    return {"the plan as one graph (cuGraphLaunch)": go(whole), "the launch alone as a graph": go(only_launch)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -70,7 +119,7 @@ def main() -> None:
     plan, written = calls._replays[replay.key]
     new, pointer = libraries.TORCH.new(written, stream)
     written.replay_onto(plan, new, pointer)
-    steps = written.moves[pointer]
+    steps = launch._calls(written.moves[pointer]._steps)
     cdll, pydll = ctypes.CDLL("libcuda.so.1"), ctypes.PyDLL("libcuda.so.1")
     found = {}
     for i, (step, kind) in enumerate(zip(steps, plan._steps)):
@@ -93,6 +142,7 @@ def main() -> None:
         torch.cuda.synchronize()
         assert abs(float(new) - expected) <= 1e-5 * float(t.abs().double().sum()), (float(new), expected)
         print("the plan's steps through ctypes computed the sum")
+    found.update(graph_launches(steps, plan, new, expected, float(t.abs().double().sum())))
     template, _ = next(iter(libraries._torch_targets.values()))
     raw = torch._C._cuda_getCurrentRawStream
     found["TORCH.new (today)"] = lambda: libraries.TORCH.new(written, stream)

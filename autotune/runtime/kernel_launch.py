@@ -10,14 +10,23 @@ launch's host time (``lab/host_time_ab.py`` measures it). A kept plan
 ``ParamHolder`` lives in a private module of cuda.core (1.2). Each buffer is read back once against the values it
 was given; where that module is missing or a buffer does not hold them (another cuda.core), a replay goes
 through ``cuda.core.launch`` as numba-cuda's own launches do.
+
+Launches and memsets replayed again and again are captured once into a CUDA graph (``captured``, on a stream of
+its own) and replayed with one ``cuGraphLaunch`` (``GraphLaunch``): the driver takes less host time for a graph's
+launch than for one kernel launch with its parameter buffer, and a plan of several steps becomes one driver call
+(benchmarks/NOTES.md item 68). ``AUTOTUNE_GRAPHS=0`` turns that off.
 """
 from __future__ import annotations
 
 import ctypes
 import functools
+import os
 import struct
+import weakref
 from types import SimpleNamespace
-from typing import Callable
+from typing import Any, Callable
+
+GRAPHS_ENV = "AUTOTUNE_GRAPHS"
 
 
 class LaunchError(RuntimeError):
@@ -43,6 +52,93 @@ class BufferedLaunch:
         err, = self._launch(self._function, *self._dims, self._stream, self._params, 0)
         if err != self._success:
             raise LaunchError(f"cuLaunchKernel failed: {err!r}")
+
+    def issue_on(self, stream) -> None:
+        """The same launch on another stream (a ``CUstream``): how a graph captures it."""
+        err, = self._launch(self._function, *self._dims, stream, self._params, 0)
+        if err != self._success:
+            raise LaunchError(f"cuLaunchKernel failed: {err!r}")
+
+    @property
+    def stream_handle(self) -> int:
+        """The handle of the stream it launches on (0: the legacy default stream)."""
+        return int(self._stream)
+
+
+class GraphLaunch:
+    """Work captured into a CUDA graph (``captured``), launched with one ``cuGraphLaunch`` on the stream it was
+    made for; its executable is destroyed with this object. A graph's launch cannot itself be captured, so on a
+    stream other than the legacy default stream (which no capture can hold), while that stream is being captured
+    into a graph of the caller's own, ``fallback`` runs instead: the same work launch by launch, which the caller's
+    capture records as it did before graphs."""
+
+    __slots__ = ("_launch", "_success", "_exec", "_stream", "_fallback", "_capturing", "_not_capturing",
+                 "__weakref__")
+
+    def __init__(self, bindings, graph_exec, stream: int, fallback: Callable[[], None]):
+        self._launch = bindings.cuGraphLaunch
+        self._success = bindings.CUresult.CUDA_SUCCESS
+        self._exec = graph_exec
+        self._stream = bindings.CUstream(stream)
+        self._fallback = fallback
+        self._capturing = bindings.cuStreamIsCapturing if stream else None
+        self._not_capturing = bindings.CUstreamCaptureStatus.CU_STREAM_CAPTURE_STATUS_NONE
+        # not at exit: the context may be gone by then, and the driver frees what a process leaves
+        weakref.finalize(self, bindings.cuGraphExecDestroy, graph_exec).atexit = False
+
+    def __call__(self) -> None:
+        if self._capturing is not None:
+            err, status = self._capturing(self._stream)
+            if err != self._success or status != self._not_capturing:
+                self._fallback()
+                return
+        err, = self._launch(self._exec, self._stream)
+        if err != self._success:
+            raise LaunchError(f"cuGraphLaunch failed: {err!r}")
+
+
+def graphs_enabled() -> bool:
+    """Whether replayed work may be captured into CUDA graphs: the driver calls are there (cuda.bindings and the
+    buffered launches) and ``AUTOTUNE_GRAPHS`` is not 0."""
+    return os.environ.get(GRAPHS_ENV, "1") != "0" and _pieces() is not None
+
+
+def captured(issuers: list[Callable[[Any], None]], stream: int, fallback: Callable[[], None]) -> GraphLaunch:
+    """A ``GraphLaunch`` on ``stream`` (a handle) of the work of ``issuers``, each of which issues its work on the
+    stream it is given, and ``fallback`` (see GraphLaunch): called in order on a capture stream of their own
+    (non-blocking, so that capturing waits on nothing; this thread's capture only) and instantiated; the graph
+    itself is dropped then (the executable does not need it). The captured launches keep their arguments as they
+    were at capture. LaunchError where the driver refuses a step of that; the capture is ended and what it made
+    destroyed also where a step fails."""
+    b = _pieces().bindings
+    capture = _checked(b, b.cuStreamCreate(b.CUstream_flags.CU_STREAM_NON_BLOCKING), "cuStreamCreate")
+    try:
+        _checked(b, (*b.cuStreamBeginCapture(capture, b.CUstreamCaptureMode.CU_STREAM_CAPTURE_MODE_THREAD_LOCAL),
+                     None), "cuStreamBeginCapture")
+        try:
+            for issue in issuers:
+                issue(capture)
+        except BaseException:
+            err, partial = b.cuStreamEndCapture(capture)
+            if err == b.CUresult.CUDA_SUCCESS and partial is not None:
+                b.cuGraphDestroy(partial)
+            raise
+        graph = _checked(b, b.cuStreamEndCapture(capture), "cuStreamEndCapture")
+        try:
+            graph_exec = _checked(b, b.cuGraphInstantiate(graph, 0), "cuGraphInstantiate")
+        finally:
+            b.cuGraphDestroy(graph)
+    finally:
+        b.cuStreamDestroy(capture)
+    return GraphLaunch(b, graph_exec, stream, fallback)
+
+
+def _checked(bindings, result: tuple, name: str):
+    """The value of a driver call's ``(error, value)`` result; LaunchError naming the call where it failed."""
+    err, value = result
+    if err != bindings.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"{name} failed: {err!r}")
+    return value
 
 
 def prepared(stream, config, kernel, packed: tuple) -> Callable[[], None]:
