@@ -421,7 +421,7 @@ def test_every_family_keeps_the_contract(spec, rng):
     if case.expected is not None:
         expected = np.asarray(case.expected, dtype=np.float64).astype(problem.out_dtype)
         assert impl.verify(problem, case, expected.copy(), rng) is None
-        wrong = expected.astype(np.float64) * 1.01 + 1
+        wrong = expected.astype(np.float64) + 1 + 0.01 * np.abs(expected)  # off by more than 1% (x * 1.01 + 1 is x at -100)
         assert impl.verify(problem, case, wrong.astype(problem.out_dtype), rng)
         if np.dtype(problem.out_dtype).kind == "f":
             assert "not written" in impl.verify(problem, case, np.full_like(expected, np.nan), rng)
