@@ -38,7 +38,8 @@ class Plan:
     """The launches of one call, replayed in order on the stream they were made for; returns the output. Its
     first run goes launch by launch; from its second, where every step is a buffered launch or a memset on one
     stream, the steps replay as one CUDA graph captured then (``_graphed``): one driver call, and less host time
-    than even one launch. A plan run once (a checked call's own) so never captures anything."""
+    than even one launch (inside a caller's own capture of that stream, launch by launch again: GraphLaunch). A
+    plan run once (a checked call's own) so never captures anything."""
 
     def __init__(self, steps: list[Callable[[], Any]], out):
         self._steps = steps
