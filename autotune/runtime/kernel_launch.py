@@ -67,10 +67,10 @@ class BufferedLaunch:
 
 class GraphLaunch:
     """Work captured into a CUDA graph (``captured``), launched with one ``cuGraphLaunch`` on the stream it was
-    made for; its executable is destroyed with this object. A graph's launch cannot itself be captured, so on a
-    stream other than the legacy default stream (which no capture can hold), while that stream is being captured
-    into a graph of the caller's own, ``fallback`` runs instead: the same work launch by launch, which the caller's
-    capture records as it did before graphs."""
+    made for; its executable is destroyed with this object. The driver refuses a graph's launch into a stream
+    that is being captured, so on a stream other than the legacy default stream (which no capture can hold), while
+    that stream is being captured into a graph of the caller's own, ``fallback`` runs instead: the same work
+    launch by launch, which the caller's capture records as it did before graphs."""
 
     __slots__ = ("_launch", "_success", "_exec", "_stream", "_fallback", "_capturing", "_not_capturing",
                  "__weakref__")
