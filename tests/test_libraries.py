@@ -253,3 +253,66 @@ def test_a_replayed_tensor_result_is_recorded_on_its_stream_unless_pytorchs_curr
     said = [w for w in caught if "_cuda_getCurrentRawStream" in str(w.message)]
     assert len(said) == (1 if current is None or isinstance(current, Exception) else 0)
     assert all(w.filename == __file__ for w in said)  # at the caller's line, not autotune's
+
+
+class _FakeCupyArray:
+    """What ``_cupy_result`` uses of a CuPy array: its shape, dtype, order, pointer and ``view``."""
+
+    def __init__(self, shape, dtype, order, ptr=1 << 30):
+        self.shape, self.dtype, self.order = shape, np.dtype(dtype), order
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+    def view(self, dtype):
+        assert np.dtype(dtype).itemsize == self.dtype.itemsize
+        return _FakeCupyArray(self.shape, dtype, self.order, self.data.ptr)
+
+
+def _fake_cupy(device: int, stream: int):
+    """A stand-in for the ``cupy`` module: its current device and stream, and ``empty`` from its pool."""
+    cuda_ = types.SimpleNamespace(runtime=types.SimpleNamespace(getDevice=lambda: device),
+                                  get_current_stream=lambda: types.SimpleNamespace(ptr=stream))
+    return types.SimpleNamespace(cuda=cuda_, empty=lambda shape, dtype, order="C": _FakeCupyArray(shape, dtype, order))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int64"])
+@pytest.mark.parametrize("cupy_device, cupy_stream, launch, made", [
+    (0, 0, 0, True),    # CuPy's current stream is the launch stream, on the output's device: from CuPy's pool
+    (0, 7, 7, True),
+    (0, 7, 0, False),   # another current stream: CuPy's pool could hand the block to it too early
+    (0, 0, 7, False),
+    (1, 0, 0, False)])  # another current device
+def test_a_replayed_cupy_result_comes_from_cupys_pool_only_for_its_current_stream_and_device(
+        monkeypatch, dtype, cupy_device, cupy_stream, launch, made):
+    from autotune.runtime.launch import Written
+
+    monkeypatch.setitem(sys.modules, "cupy", _fake_cupy(cupy_device, cupy_stream))
+    monkeypatch.setattr(libraries, "stream_key", lambda s: 0 if s is streams.DEFAULT else int(s))  # as on a GPU
+    context = types.SimpleNamespace(device=types.SimpleNamespace(id=0))
+    for shape, order in (((), "C"), ((3, 5), "F")):
+        written = Written(8192, 60, shape, dtype, order, context)
+        got = libraries.CUPY.new(written, streams.DEFAULT if launch == 0 else launch)
+        if not made:
+            assert got is None
+            continue
+        array, pointer = got
+        assert (array.shape, array.dtype, array.order, pointer) == (shape, np.dtype(BF16 if dtype == "bfloat16"
+                                                                                  else dtype), order, 1 << 30)
+
+
+def test_a_replay_whose_library_makes_no_array_wraps_one_of_the_result_pool(monkeypatch):
+    """``Library.new`` may decline (None): the replay then moves its plan onto a result-pool array and wraps it."""
+    from autotune.runtime import calls
+    from autotune.runtime.launch import Plan, Written
+
+    made = []
+    declining = libraries.Library("declining", host=False, wrap=lambda d: ("wrapped", d), new=lambda w, s: None)
+    making = libraries.Library("making", host=False, wrap=None,
+                               new=lambda w, s: made.append(w) or ("its own", 4096))
+    written = Written(8192, 16, (4,), "float32", "C")
+    for library, expected in ((declining, "wrapped"), (making, "its own")):
+        replay = calls.Replay(("test", library.name), (), None, streams.DEFAULT, library)
+        replay.key = ("test", library.name)
+        monkeypatch.setitem(calls._replays, replay.key, (Plan([], None), written))
+        got = replay.result()
+        assert (got[0] if isinstance(got, tuple) else got) == expected
+    assert made == [written]

@@ -82,9 +82,9 @@ class Replay:
         if self.out is not None:
             plan()
             return self.out
-        if self.library.new is not None:
-            new, pointer = self.library.new(written, self.stream)
-            return written.replay_onto(plan, new, pointer)
+        made = self.library.new(written, self.stream) if self.library.new is not None else None
+        if made is not None:
+            return written.replay_onto(plan, *made)
         new = written.replay(plan, self.stream)
         return new if self.library.wrap is None else self.library.wrap(new)
 

@@ -15,8 +15,9 @@ are), on that argument's side of the bus, without copying on the device:
 
 PyTorch and CuPy results view the memory of a new device array made by ``result_pool``: the library's array
 keeps that array alive, and its block returns to the pool with the last view, by the pool's rule. A replayed call
-on tensors (``calls.Replay``) instead writes a new tensor from PyTorch's own caching allocator (``Library.new``):
-viewing a Numba array costs PyTorch several microseconds of reading its interface. A tensor that
+(``calls.Replay``) instead writes a new tensor from PyTorch's own caching allocator, or a new CuPy array from
+CuPy's pool where CuPy's current stream is the launch stream (``Library.new``): viewing a Numba array costs the
+library several microseconds of reading its interface. A tensor that
 records gradients is refused: autotune's functions record none (``autotune.torch`` has a differentiable matmul).
 Which library an argument belongs to is worked out once per type (and per device for PyTorch).
 """
@@ -46,9 +47,9 @@ class Library:
     name: str
     host: bool
     wrap: Callable[[Any], Any] | None = None  # None: the array as it is
-    # (launch.Written, stream) -> a new array of that output's form for work on the stream, and its pointer; None:
-    # a Numba array from the result pool, wrapped
-    new: Callable[[Any, Any], tuple[Any, int]] | None = None
+    # (launch.Written, stream) -> a new array of that output's form for work on the stream, and its pointer, or
+    # None where it cannot make one; None, or None returned: a Numba array from the result pool, wrapped
+    new: Callable[[Any, Any], tuple[Any, int] | None] | None = None
 
     def result(self, value: Any, scalar: bool = False) -> Any:
         """``value`` (a NumPy array for a host library, else a Numba device array) as this library's result;
@@ -64,6 +65,25 @@ def _cupy_from_device(d):
     if d.dtype == BFLOAT16:
         return cupy.asarray(retyped(d, np.dtype(np.uint16))).view(BFLOAT16)
     return cupy.asarray(d)
+
+
+def _cupy_result(written, stream) -> tuple[Any, int] | None:
+    """A new CuPy array of the form of a kept output (``launch.Written``) from CuPy's memory pool, and its pointer,
+    where CuPy's current device is the output's and its current stream is the launch stream: CuPy's pool gives a
+    freed block only to later allocations on the stream it was made for, so the block is not handed to other
+    work before the launches that write it (the rule PyTorch's allocator follows, ``_torch_result``). None
+    otherwise: the caller then wraps an array of the result pool, which orders its blocks by the launch stream
+    itself. Made directly, not by viewing a Numba array (several microseconds of reading its interface)."""
+    cupy = sys.modules["cupy"]  # imported: the call's arguments are CuPy arrays
+    if written.context is not None and cupy.cuda.runtime.getDevice() != written.context.device.id:
+        return None
+    if cupy.cuda.get_current_stream().ptr != stream_key(stream):
+        return None
+    if written.dtype == "bfloat16":  # CuPy has no bfloat16 of its own: its bits, viewed
+        array = cupy.empty(written.shape, np.uint16, order=written.order).view(BFLOAT16)
+    else:
+        array = cupy.empty(written.shape, written.dtype, order=written.order)
+    return array, array.data.ptr
 
 
 def _torch_result(written, stream) -> tuple[Any, int]:
@@ -112,7 +132,7 @@ NUMPY = Library("numpy", host=True)
 NUMBA = Library("numba", host=False)
 TORCH = Library("torch", host=False, wrap=torch_from_device, new=_torch_result)
 TORCH_CPU = Library("torch-cpu", host=True, wrap=torch_from_numpy)
-CUPY = Library("cupy", host=False, wrap=_cupy_from_device)
+CUPY = Library("cupy", host=False, wrap=_cupy_from_device, new=_cupy_result)
 DEVICE = Library("device", host=False)  # another CUDA Array Interface or DLPack producer on the GPU
 HOST = Library("host", host=True)  # a DLPack producer on the host
 UNKNOWN = Library("unknown", host=True)  # no array: refused where it is read
