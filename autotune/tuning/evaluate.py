@@ -77,8 +77,6 @@ def instance_for(problem: Problem) -> Instance:
 
 def measure_variant(job: Job) -> Measurement:
     """Build, verify, then time one variant on this process's GPU (or the simulator)."""
-    from .measure import bench, l2_flusher
-
     simulator = backend.simulator()
     clock = [time.perf_counter()]
     loaded = []
@@ -101,8 +99,7 @@ def measure_variant(job: Job) -> Measurement:
         return Measurement(ok=False, stage="verify", reason=f"wrong result: {error}")
     clock.append(time.perf_counter())
     try:
-        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
-                       simulator=simulator, give_up_ms=job.give_up_ms, **budget(job.rep_ms))
+        timing = timed(inst, kernel, job.rep_ms, job.give_up_ms)
     except Exception as exc:
         return _failed("run", exc)
     clock.append(time.perf_counter())
@@ -127,20 +124,25 @@ def checked_timing(problem: Problem, params: dict[str, Any], rep_ms: float | Non
     """(the timing, None) of ``params`` on fresh data of the problem's shape in this process, after its output was
     checked against the family's oracle (output poisoned first); (None, why) where it is wrong or fails to build or
     run. ``rep_ms``: as ``budget`` takes it; ``give_up_ms``: as ``measure.bench`` takes it."""
-    from .measure import bench, l2_flusher
-
     try:
         kernel = build_kernel(problem.family, params, problem.dtype, **problem.args)
         inst = Instance(problem, np.random.default_rng())
         error = inst.check(kernel)
         if error:
             return None, f"is wrong: {error}"
-        simulator = backend.simulator()
-        timing = bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
-                       simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
+        timing = timed(inst, kernel, rep_ms, give_up_ms)
     except Exception as exc:
         return None, f"failed: {type(exc).__name__}: {exc}"
     return timing.as_dict(), None
+
+
+def timed(inst: Instance, kernel, rep_ms: float | None, give_up_ms: float | None):
+    """``measure.bench`` of the kernel on the instance's timing data, L2 flushed before each run on a GPU."""
+    from .measure import bench, l2_flusher
+
+    simulator = backend.simulator()
+    return bench(lambda: inst.run(kernel, timing=True), flush=None if simulator else l2_flusher(),
+                 simulator=simulator, give_up_ms=give_up_ms, **budget(rep_ms))
 
 
 def budget(rep_ms: float | None) -> dict[str, float]:
