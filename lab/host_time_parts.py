@@ -21,6 +21,10 @@ which of them is worth shortening.
 from __future__ import annotations
 
 import argparse
+import os
+import re
+import subprocess
+import sys
 import warnings
 
 import torch
@@ -70,6 +74,16 @@ def parts(t, out) -> dict:
         index = t.device.index
         found["torch._C._cuda_getCurrentRawStream (private)"] = lambda: raw_stream(index)
     return found
+
+
+def in_fresh_process(env: dict[str, str], *args: str) -> tuple[str, dict[str, float] | None]:
+    """This script run in a fresh process, ``env`` over this one's environment: its output, and its table as
+    {call: us} (None where it failed). Each setting (a database, AUTOTUNE_GRAPHS) gets a process of its own, so that
+    nothing kept by the calls before it (plans, graphs, kernels) is measured."""
+    run = subprocess.run([sys.executable, os.path.abspath(__file__), *args], env={**os.environ, **env},
+                         cwd=os.path.dirname(os.path.abspath(__file__)), capture_output=True, text=True)
+    table = {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| `(.+)` \| ([0-9.]+) \|$", run.stdout, re.M)}
+    return run.stdout + run.stderr, table if run.returncode == 0 else None
 
 
 def main() -> None:

@@ -14,13 +14,11 @@ graphs made, and times ``host_time_parts.py`` in fresh processes with graphs on 
 from __future__ import annotations
 
 import gc
-import os
-import re
-import subprocess
 import sys
 import warnings
 
 import torch
+from host_time_parts import in_fresh_process  # lab/host_time_parts.py
 
 import autotune
 from autotune.runtime import kernel_launch
@@ -87,14 +85,11 @@ def graphs_made() -> int:
 
 
 def host_times(graphs: bool) -> dict[str, float]:
-    env = {**os.environ, kernel_launch.GRAPHS_ENV: "1" if graphs else "0"}
-    run = subprocess.run([sys.executable, "host_time_parts.py"], cwd=os.path.dirname(os.path.abspath(__file__)),
-                         env=env, capture_output=True, text=True)
-    if run.returncode:
-        failures.append(f"host_time_parts.py (graphs {graphs}) failed: {run.stderr[-1500:]}")
-        return {}
-    print(run.stdout)
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| `(.+)` \| ([0-9.]+) \|$", run.stdout, re.M)}
+    text, table = in_fresh_process({kernel_launch.GRAPHS_ENV: "1" if graphs else "0"})
+    print(text)
+    if table is None:
+        failures.append(f"host_time_parts.py (graphs {graphs}) failed: {text[-1500:]}")
+    return table or {}
 
 
 def main() -> int:

@@ -15,11 +15,7 @@ each COMBINE in turn (its other parameters as recorded):
 from __future__ import annotations
 
 import argparse
-import os
-import re
-import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import warnings
@@ -31,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 import autotune  # noqa: E402
+from host_time_parts import in_fresh_process  # noqa: E402 - lab/host_time_parts.py
 from autotune.runtime.db import load_file  # noqa: E402
 from autotune.tuning.evaluate import checked_timing  # noqa: E402
 
@@ -73,13 +70,12 @@ def host_times(path: Path, key: str, combine: str, size: int, out: Path) -> dict
             e["params"]["COMBINE"] = combine
     with tempfile.TemporaryDirectory() as folder:
         (Path(folder) / path.name).write_text(yaml.safe_dump(data, sort_keys=False))
-        env = {**os.environ, "AUTOTUNE_DB": folder, "AUTOTUNE_CACHE_DIR": str(Path(folder) / "cache")}
-        run = subprocess.run([sys.executable, "host_time_parts.py", "--size", str(size)], cwd=Path(__file__).parent,
-                             env=env, capture_output=True, text=True)
-    (out / f"host-{combine}.txt").write_text(run.stdout + run.stderr)
-    if run.returncode:
-        raise SystemExit(f"host_time_parts.py with COMBINE={combine} failed:\n{run.stderr[-2000:]}")
-    return {m.group(1): float(m.group(2)) for m in re.finditer(r"^\| `(.+)` \| ([0-9.]+) \|$", run.stdout, re.M)}
+        text, table = in_fresh_process({"AUTOTUNE_DB": folder, "AUTOTUNE_CACHE_DIR": str(Path(folder) / "cache")},
+                                       "--size", str(size))
+    (out / f"host-{combine}.txt").write_text(text)
+    if table is None:
+        raise SystemExit(f"host_time_parts.py with COMBINE={combine} failed:\n{text[-2000:]}")
+    return table
 
 
 def main() -> None:
