@@ -59,6 +59,19 @@ def test_merge_keeps_others_and_replaces_only_with_faster(tmp_path):
     assert times == {"matmul/float32/nn/64x64x64": 9.0, "reduce/float32/sum/all/1024": 0.5}
 
 
+def test_a_write_that_changes_nothing_leaves_the_file_alone(tmp_path, monkeypatch):
+    path = tmp_path / "gpu.yaml"
+    db.write_entries(path, DEVICE, [entry(ms=2.0), reduce_entry(1024, ms=0.5)])
+    before = path.read_text()
+    writes = []
+    real_write = db.atomic_write
+    monkeypatch.setattr(db, "atomic_write", lambda p, text: (writes.append(p), real_write(p, text)))
+    assert "kept" in db.write_entries(path, DEVICE, [entry(ms=3.0)])[0]  # slower: the file's entry stays
+    assert writes == [] and path.read_text() == before
+    db.write_entries(path, DEVICE, [entry(ms=1.5)])  # faster: written
+    assert writes == [path] and path.read_text() != before
+
+
 def test_another_configuration_replaces_an_entry_only_beyond_the_noise(tmp_path):
     """TIME's p20-p80 range is 0.02 ms: 8.995 ms is within the noise of 9.0 (kept), 8.95 beyond it."""
     path = tmp_path / "gpu.yaml"

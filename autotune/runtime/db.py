@@ -659,9 +659,10 @@ def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, 
 
 def _rewrite(path: Path, device: Mapping[str, Any], change) -> list[str]:
     """Rewrite the file at ``path`` (through a link, under its folder's lock) with the entries and rules that
-    ``change(current file)`` returns, and return its notes; a file with bad entries is refused, not rewritten. The
-    new text goes into the parse cache as reading it gives it back (checked as a read checks it), so the next read
-    does not parse it again."""
+    ``change(current file)`` returns, and return its notes; a file with bad entries is refused, not rewritten, and
+    a file whose text would not change is left alone (a refresh of many entries that keeps most of them does not
+    rewrite the whole file each time). The new text goes into the parse cache as reading it gives it back
+    (checked as a read checks it), so the next read does not parse it again."""
     from .db_cache import store_written
 
     path = write_destination(path)
@@ -673,6 +674,8 @@ def _rewrite(path: Path, device: Mapping[str, Any], change) -> list[str]:
         doc = document(current.device if path.exists() else device, entries, current.foreign, rules,
                        current.foreign_rules)
         text = file_text(doc)
+        if path.exists() and path.read_bytes() == text.encode():
+            return notes
         atomic_write(path, text)
     store_written(path, text.encode(), lambda: checked_file(path, read_back(doc)))
     return notes
