@@ -52,6 +52,9 @@ def multiply(kernel, rng, a_shape, b_shape, dtype, layout):
     (MMA64, "float64", "tt"),
     (F16_MMA, "float16", "nn"),
     ({**F16_MMA, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "bfloat16", "tt"),
+    # a block per (stand-in) SM walks the tiles of every matrix, its ring of stages running on across them
+    ({"BM": 64, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 3, "SCHEDULE": "persistent"},
+     "float16", "tn"),
 ], ids=lambda x: x if isinstance(x, str) else None)
 def test_batched_kernels_match_numpy(params, dtype, layout, rng):
     """Every stack of STACKS, exactly (integer data: exact sums, rounded once where C is float16 or bfloat16)."""
@@ -79,6 +82,11 @@ WGMMA_TF32 = {"MMA": 8, "WGMMA": 1, "BK": 32, "BM": 64, "BN": 64, "ASYNC_STAGES"
      (3, 13, 9, 11)),
     # K split in two slices of 128 and 72, each matrix's partial tiles and counters its own
     ({**WGMMA, "TMA": 1, "SPLIT_K": 2, "SPLIT_ADD": "last_block"}, "float16", {"layout": "nn"}, (3, 21, 24, 200)),
+    # persistent: 2 blocks walk 2 x 3 tiles of 64 x 64 in 5 matrices, K steps of 2, the 4 stages' ring and C's
+    # tile beside it going on from one matrix to the next; and a 128 x 64 one whose tiles overhang every edge
+    ({**WGMMA, "TMA": 1, "ASYNC_STAGES": 4, "SCHEDULE": "persistent"}, "float16", {"layout": "nn"}, (5, 130, 150, 72)),
+    ({**WGMMA, "TMA": 1, "BM": 128, "ASYNC_STAGES": 3, "SCHEDULE": "persistent", "GROUP_M": 1}, "bfloat16",
+     {"layout": "nt", "out_dtype": "float32"}, (3, 70, 66, 130)),
 ])
 def test_batched_tensor_core_kernels_pass_the_oracle(params, dtype, family, shape, rng):
     """The wgmma kernels (cp.async- and TMA-fed; TF32 through registers) and mma.sync at tf32 on stacks, through the
@@ -184,6 +192,26 @@ def test_the_stack_rides_on_grid_z_and_long_stacks_launch_in_chunks(rng, monkeyp
         C, expected = multiply(kernel, rng, a_shape, b_shape, "float32", "nn")
         np.testing.assert_array_equal(C, expected, err_msg=f"{a_shape} @ {b_shape}")
         assert launched == [("matmul", grid) for grid in grids], (a_shape, b_shape)
+
+
+def test_a_persistent_stack_launches_a_block_per_sm_walking_every_matrix(rng, monkeypatch):
+    """A persistent stack's grid has no row per matrix: min(tiles of all matrices, SMs) blocks (the simulator stands
+    in 2 SMs), one launch, or one per chunk where the stack is longer than MAX_GRID_Z (kept, so that each launch's
+    count of matrices stays the same)."""
+    from autotune.core.device import SIMULATOR_SM_COUNT
+
+    params = {"BM": 64, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 3,
+              "SCHEDULE": "persistent"}
+    kernel = build_kernel("matmul", params, "float16", batch="strided")
+    launched = record_launches(monkeypatch)
+    C, expected = multiply(kernel, rng, (1, 5, 24), (3, 24, 8), "float16", "nn")  # 3 tiles, 2 blocks
+    np.testing.assert_array_equal(C.astype(np.float64), expected.astype(np.float16).astype(np.float64))
+    assert launched == [("matmul", (SIMULATOR_SM_COUNT, 1, 1))]
+    monkeypatch.setattr(batching, "MAX_GRID_Z", 2)
+    launched.clear()
+    C, expected = multiply(kernel, rng, (5, 70, 24), (24, 8), "float16", "nn")  # 2 + 2 + 1 matrices of 2 tiles
+    np.testing.assert_array_equal(C.astype(np.float64), expected.astype(np.float16).astype(np.float64))
+    assert launched == [("matmul", (2, 1, 1))] * 3
 
 
 def test_batch_dimensions_collapse_to_two_levels():

@@ -367,6 +367,22 @@ def test_a_batched_tma_variant_copies_each_box_from_its_matrix_of_the_stack():
     assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, log
 
 
+def test_a_persistent_stack_walks_the_tiles_of_every_matrix_in_one_grid():
+    """A persistent stack's variant has no grid row per matrix (no %ctaid.z): each tile's matrix comes from a 32-bit
+    division of its place in the walk (no 64-bit one: a call, which would serialize a wgmma), its boxes by 4-d
+    copies at that matrix's coordinates; it keeps the wgmma asynchronous and spills nothing."""
+    from autotune.runtime.compiler import link
+
+    text = ptx_sample("batched_wgmma_persistent")["batched_wgmma_persistent"]
+    four = r"cp\.async\.bulk\.tensor\.4d\.shared::cluster\.global\.tile\.mbarrier::complete_tx::bytes"
+    assert len(re.findall(four, text)) == 3 and "cp.async.bulk.tensor.2d" not in text  # nn: A 1 box, B 2 panels
+    assert "%ctaid.z" not in text and "div.u32" in text and not re.search(r"\b(?:div|rem)\.[us]64\b", text)
+    assert "wgmma.wait_group.sync.aligned 1;" in text
+    _, log = link(text, (9, 0))
+    registers = int(re.search(r"Used (\d+) registers", log).group(1))
+    assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, log
+
+
 def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     """A TF32 wgmma variant issues wgmma m64n<BN>k8 .tf32 with A from registers (four 32-bit values) and B through a
     K-major descriptor of a 128-byte-swizzled tile (layout type 1; sbo 1024): four per K step at tf32, twelve at

@@ -582,8 +582,8 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile, or the
     widest half, quarter, ... of its columns that fits, lies beside the stages in the shared memory with the kernel's
     static arrays (128 x 256 float16 with 3 stages: the whole tile; with 4 stages, 64 columns at a time; float32 C,
-    32); the tuner tries a TMA start with each schedule. A Stream-K call whose K steps of all tiles do not fit 32
-    bits is refused, not left unwritten."""
+    32); a stack takes persistent, not Stream-K; the tuner tries a TMA start with each schedule. A Stream-K call
+    whose K steps of all tiles do not fit 32 bits is refused, not left unwritten."""
     from autotune.families.matmul.config import c_columns
 
     space = load_space("matmul")
@@ -598,11 +598,14 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     for schedule in ("persistent", "stream_k"):
         for out in ({}, {"out_dtype": "float32"}):
             space.validate({**deep, "SCHEDULE": schedule}, dtype="float16", args={"layout": "nn", **out})
-        for change, args, refusal in (({"SPLIT_K": 2, "SPLIT_ADD": "last_block"}, {}, "SPLIT_K must be 1"),
-                                      ({}, {"batch": "strided"}, "a batched problem takes SCHEDULE tile")):
-            with pytest.raises(ValueError, match=refusal):
-                space.validate({**params, "SCHEDULE": schedule, **change}, dtype="float16",
-                               args={"layout": "nn", **args})
+        with pytest.raises(ValueError, match="SPLIT_K must be 1"):
+            space.validate({**params, "SCHEDULE": schedule, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},
+                           dtype="float16", args={"layout": "nn"})
+    stacked = {"layout": "nn", "batch": "strided"}  # a stack's tiles are walked; Stream-K shares one matrix's steps
+    assert space.validate({**params, "SCHEDULE": "persistent"}, dtype="float16", args=stacked)["SCHEDULE"] == \
+        "persistent"
+    with pytest.raises(ValueError, match="a batched problem takes tile or persistent"):
+        space.validate({**params, "SCHEDULE": "stream_k"}, dtype="float16", args=stacked)
     # operands of 192 KB leave 34,688 bytes: 16 columns of float32 C need 256 x 24 x 4 = 24,576, 32 need 40,960;
     # 4 stages of 256 KB leave none
     wide = {**deep, "BM": 256, "BN": 256, "ASYNC_STAGES": 3}
@@ -623,9 +626,14 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     from autotune.runtime.streams import DEFAULT
 
     stream_k = build_kernel("matmul", {**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16")
-    with pytest.raises(ValueError, match="2\\*\\*32 or more: use SCHEDULE tile"):
+    with pytest.raises(ValueError, match="in 32 bits, and this product has 4294967296: use SCHEDULE tile"):
         stream_k._launch_config(1 << 17, 1 << 17, 1 << 16, DEFAULT)  # 2048 x 2048 tiles of 1024 steps: 2**32
     assert stream_k._launch_config(1 << 17, 1 << 17, (1 << 16) - 64, DEFAULT)[1] == (1 << 16) - 64
+    walk = build_kernel("matmul", {**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "persistent"}, "float16",
+                        batch="strided")  # a stack's walk counts the tiles of all its matrices
+    with pytest.raises(ValueError, match="this product has 4294967296: use SCHEDULE tile"):
+        walk._launch_config(1 << 17, 1 << 17, 64, DEFAULT, 1024)  # 2048 x 2048 tiles in each of 1024 matrices
+    assert walk._launch_config(1 << 17, 1 << 17, 64, DEFAULT, 1023)[0] is not None
 
 
 def test_each_call_rounds_its_operands_again(rng):

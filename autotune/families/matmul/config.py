@@ -193,6 +193,7 @@ def split_add(params: Mapping[str, Any]) -> str | None:
 
 
 BATCH_ARGS = ("inner", "a_outer", "a_inner", "b_outer", "b_inner", "c_step")  # templates/_batch.j2
+PERSISTENT_BATCH_ARGS = BATCH_ARGS + ("count",)  # a persistent stack's grid has no row per matrix: it counts them
 
 
 def kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None = None,
@@ -201,9 +202,11 @@ def kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None = None
     tiled variants the K chunk of a slice too, the workspace and tile counters where the last block sums the K
     slices, and the flags that say whether each operand's vectors are aligned where they are read; the gemv kernel
     likewise (``args``, the family arguments, say its form and ``dtype`` its workspace). A batched kernel (``args``
-    batch "strided") takes the stack's geometry last (BATCH_ARGS)."""
-    batched = bool(args and args.get("batch"))
-    return _kernel_args(params, args, dtype) + (BATCH_ARGS if batched else ())
+    batch "strided") takes the stack's geometry last (BATCH_ARGS), and a persistent one the count of its matrices
+    (its grid walks the tiles of all of them)."""
+    if not (args and args.get("batch")):
+        return _kernel_args(params, args, dtype)
+    return _kernel_args(params, args, dtype) + (PERSISTENT_BATCH_ARGS if is_persistent(params) else BATCH_ARGS)
 
 
 def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtype: str | None) -> tuple[str, ...]:

@@ -33,7 +33,7 @@ from ...runtime.streams import DEFAULT, as_stream, follow, stream_key
 from . import batch as batching
 from . import gemv
 from .config import (
-    BATCH_ARGS,
+    PERSISTENT_BATCH_ARGS,
     accumulator_dtype,
     dynamic_shared_bytes,
     is_persistent,
@@ -62,7 +62,8 @@ def signature(params: Mapping[str, Any], dtype: str, args: Mapping[str, Any] | N
     arr, it = f"{storage(dtype)}[::1]", index_type(params)
     types = {"A": arr, "B": arr, "C": f"{storage(args.get('out_dtype') or dtype)}[::1]",
              "W": f"{accumulator_dtype(dtype)}[::1]", "counters": "int32[::1]", "maps": "uint8[::1]",
-             "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean", **{name: "int64" for name in BATCH_ARGS}}
+             "vec_a": "boolean", "vec_b": "boolean", "vec_c": "boolean",
+             **{name: "int64" for name in PERSISTENT_BATCH_ARGS}}
     return f"void({', '.join(types.get(name, it) for name in kernel_args(params, args, dtype))})"
 
 
@@ -145,14 +146,15 @@ class MatmulKernel(Planned, Kernel):
                 per_split = -(-K // p.get("SPLIT_K", 1))
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = tiles = (-(-M // p["BM"])) * (-(-N // p["BN"]))
-                if is_persistent(p):  # a block per SM walks the tiles (Stream-K: their K steps)
-                    work = tiles * -(-K // p["BK"]) if schedule(p) == "stream_k" else tiles
+                if is_persistent(p):  # a block per SM walks the tiles (of every matrix; Stream-K: their K steps)
+                    work = tiles * -(-K // p["BK"]) if schedule(p) == "stream_k" else tiles * max(count, 1)
                     if work >= 2**32:
-                        raise ValueError(f"this variant ({schedule(p)}) counts the {work} K steps of all tiles in 32 "
-                                         f"bits, and this product has 2**32 or more: use SCHEDULE tile")
+                        raise ValueError(f"this variant ({schedule(p)}) counts its work (tiles of every matrix; "
+                                         f"Stream-K: their K steps) in 32 bits, and this product has {work}: use "
+                                         f"SCHEDULE tile")
                     blocks = min(work, self._sm_count())
                 grid, block = (blocks, -(-K // k_chunk)), matmul_threads(p)
-            if count:
+            if count and not is_persistent(p):  # a row of the grid per matrix
                 grid = (*grid, count)
             shared = dynamic_shared_bytes(p, self.dtype, self.out_dtype)
             self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
@@ -319,7 +321,8 @@ class MatmulKernel(Planned, Kernel):
                   "K": i(K), "lda": i(lda), "ldb": i(ldb), "ldc": i(N), "k_chunk": i(k_chunk), "vec_a": vec_a,
                   "vec_b": vec_b, "vec_c": vec_c, "maps": maps}
         if stack is not None:
-            values.update(zip(BATCH_ARGS, map(np.int64, (stack.inner, *stack.a, *stack.b, stack.c[1]))))
+            values.update(zip(PERSISTENT_BATCH_ARGS,
+                              map(np.int64, (stack.inner, *stack.a, *stack.b, stack.c[1], stack.count))))
         self._enqueue(configured, *(values[name] for name in self.arg_names))
         if finish:
             self._enqueue(elementwise(self.module.finish, c_flat.size, self.simulator, stream), partials, c_flat,

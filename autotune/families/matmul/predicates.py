@@ -187,15 +187,16 @@ def _wgmma_split_fits(p, ctx):
 
 
 def _schedule_fits(p, ctx):
-    """A block per SM (SCHEDULE persistent, stream_k) walks the work of one matrix, K unsplit by SPLIT_K (Stream-K
-    splits it its own way), C's tile, or at least MIN_C_COLUMNS of its columns at a time, beside the stages in
+    """A block per SM (SCHEDULE persistent, stream_k) walks the work (persistent: the tiles of every matrix of a
+    stack; stream_k: the K steps of one matrix's tiles), K unsplit by SPLIT_K (Stream-K splits it its own way), C's
+    tile, or at least MIN_C_COLUMNS of its columns at a time, beside the stages in
     shared memory, with the kernel's static shared arrays."""
     if p["SCHEDULE"] == "tile":
         return None
     if p["SPLIT_K"] != 1:
         return f"SCHEDULE={p['SCHEDULE']} takes K unsplit by SPLIT_K: SPLIT_K must be 1, not {p['SPLIT_K']}"
-    if ctx.args.get("batch"):
-        return f"SCHEDULE={p['SCHEDULE']} walks the tiles of one matrix: a batched problem takes SCHEDULE tile"
+    if ctx.args.get("batch") and p["SCHEDULE"] == "stream_k":
+        return "SCHEDULE=stream_k shares the K steps of one matrix's tiles: a batched problem takes tile or persistent"
     out = np.dtype(ctx.args.get("out_dtype") or ctx.dtype).itemsize
     if not c_columns(p, ctx.itemsize, out):
         need = matmul_shared_bytes(p, ctx.itemsize, out) + static_shared_bytes(p)
