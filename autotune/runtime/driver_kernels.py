@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from . import code_cache
+from . import code_cache, kernel_launch
 from .code_cache import CodeKey, CompiledCode
 
 ALLOWED_IMPORTS = ("math", "numpy", "numba", "autotune.kernels")
@@ -240,7 +240,7 @@ class CachedLaunch:
 
         loaded.allow_shared(self.sharedmem)
         if self._core_stream is None:
-            self._core_stream = _core_stream(self.stream)
+            self._core_stream = kernel_launch.core_stream(self.stream)
         launch(self._core_stream, self.config(), loaded.kernel, *packed)
 
     def bound(self, args: tuple) -> tuple | None:
@@ -430,15 +430,6 @@ def _current_arch() -> str:
     from ..core.device import arch
 
     return arch(tuple(cuda.get_current_device().compute_capability))
-
-
-def _core_stream(stream):
-    """A cuda.core stream for ``stream`` (a Numba or cuda.core stream, or 0)."""
-    from cuda.core import Stream
-
-    from .kernel_launch import stream_handle
-
-    return stream if isinstance(stream, Stream) else Stream.from_handle(stream_handle(stream))
 
 
 def _dims(value, what: str) -> tuple[int, int, int]:

@@ -144,13 +144,13 @@ def _checked(bindings, result: tuple, name: str):
 def prepared(stream, config, kernel, packed: tuple) -> Callable[[], None]:
     """A call that launches cuda.core ``kernel`` with ``config`` on ``stream`` (a Numba stream or 0) with the
     packed arguments ``packed`` (numba-cuda's ``_prepare_args`` output): a ``BufferedLaunch`` where the buffer
-    could be built and checked, else ``cuda.core.launch`` bound to the arguments."""
+    could be built and checked, else ``cuda.core.launch`` bound to the arguments (and the stream as cuda.core's)."""
     pieces = _pieces()
     holder = None if pieces is None else _checked_buffer(pieces.ParamHolder, packed)
     if holder is None or getattr(config, "is_cooperative", False) or getattr(config, "cluster", None):
         from cuda.core import launch
 
-        return functools.partial(launch, stream, config, kernel, *packed)
+        return functools.partial(launch, core_stream(stream), config, kernel, *packed)
     return BufferedLaunch(pieces.bindings, pieces.function_of(kernel), config, stream_handle(stream), holder)
 
 
@@ -200,6 +200,13 @@ def memset_d32() -> Callable[[int, int, int, int], None]:
             raise LaunchError(f"cuMemsetD32Async failed: {err!r}")
 
     return memset
+
+
+def core_stream(stream):
+    """A cuda.core stream for ``stream`` (a Numba or cuda.core stream, or 0), as ``cuda.core.launch`` takes it."""
+    from cuda.core import Stream
+
+    return stream if isinstance(stream, Stream) else Stream.from_handle(stream_handle(stream))
 
 
 def stream_handle(stream) -> int:
