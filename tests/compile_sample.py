@@ -43,7 +43,7 @@ CHEAP = {"matmul": {"UNROLL_K": (1, 2), "TM": (1, 2), "TN": (1, 2), "BK": (8,), 
 # with tiles of exactly 48 KB of static shared memory (a shared flag word once pushed such a kernel over the limit);
 # float16's 16-byte copies (VEC 8, which the float32 and float64 samples cannot use) and the wgmma kernels (WGMMA,
 # BK 64: 16-bit only, compiled for sm_90a; cp.async-fed, and TMA-fed, persistent for bfloat16 and Stream-K for
-# float16); and reductions of the narrow and integer dtypes at their widest unrolling (float16's with 16-byte loads).
+# float16, and in pairs of blocks (CLUSTER 2)); and reductions of the narrow and integer dtypes at their widest unrolling (float16's with 16-byte loads).
 EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 64, "BN": 64, "BK": 32, "TM": 4, "TN": 4, "VEC": 4, "THREAD_LAYOUT": "strided",
            "UNROLL_K": 4, "ASYNC_STAGES": 4}),
@@ -71,10 +71,11 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
           {"strategy": "tiled", "BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 0, "ASYNC_STAGES": 3,
            "SPLIT_K": 2, "SPLIT_ADD": "last_block"}),
          ("matmul", "bfloat16", {"layout": "nt"},
-          {"strategy": "tiled", "BM": 128, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 8}),
+          {"strategy": "tiled", "BM": 128, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 8,
+           "CLUSTER": 2}),
          ("matmul", "float16", {"layout": "tt"},
           {"strategy": "tiled", "BM": 128, "BN": 128, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "ASYNC_STAGES": 6,
-           "SCHEDULE": "persistent"}),
+           "SCHEDULE": "persistent", "CLUSTER": 1}),
          ("reduce", "int32", {"op": "sum", "axis": 1}, {"BLOCK": 256, "ITEMS": 4, "VEC": 4, "ROW_MODE": "block"}),
          ("reduce", "float16", {"op": "nanmax", "axis": None}, {"BLOCK": 512, "ITEMS": 8, "VEC": 8, "COMBINE": "atomic"}),
          ("reduce", "float32", {"op": "max", "axis": None},

@@ -469,3 +469,29 @@ def test_a_launch_without_a_checked_buffer_goes_through_cuda_core_on_a_cuda_core
     kernel_launch.prepared(0, "the configuration", "the kernel", (7, odd))()
     assert isinstance(launched[0][0], cuda.core.Stream) and launched[0][1:] == ("the configuration", "the kernel",
                                                                                   7, odd)
+
+
+def test_a_clustered_launch_counts_its_grid_in_clusters_and_only_the_driver_takes_it(monkeypatch):
+    """A launch in clusters of two (CLUSTER 2) is configured for cuda.core with the grid in clusters (its x halved)
+    and the cluster's shape; a grid that is no whole number of clusters is refused, and so is the way through
+    Numba, which would launch the blocks unclustered (their copies into a peer would land nowhere)."""
+    from types import SimpleNamespace
+
+    import cuda.core
+
+    from autotune.runtime import driver_kernels, launch
+
+    # cuda.core checks a cluster against the GPU it finds: a stand-in records the configuration instead
+    monkeypatch.setattr(cuda.core, "LaunchConfig", lambda **config: SimpleNamespace(**config))
+    stand_in = driver_kernels.CachedDispatcher("ab" * 32, "matmul")
+    pair = driver_kernels.CachedLaunch(stand_in, (12, 1, 3), 384, "stream", 99_000, 2)
+    config = pair.config()
+    assert (tuple(config.grid), tuple(config.cluster), tuple(config.block)) == ((6, 1, 3), (2, 1, 1), (384, 1, 1))
+    assert tuple(driver_kernels.CachedLaunch(stand_in, 12, 384).config().grid) == (12, 1, 1)
+    with pytest.raises(RuntimeError, match="clusters of 2"):
+        pair.numba_configured()
+    with pytest.raises(ValueError, match="no clusters of 2"):
+        driver_kernels.CachedLaunch(stand_in, 13, 384, 0, 0, 2)
+    monkeypatch.setattr(driver_kernels, "enabled", lambda: False)
+    with pytest.raises(RuntimeError, match="clusters of 2 goes through the driver"):
+        launch.configure(object(), 12, 384, 0, False, 0, 2)

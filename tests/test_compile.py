@@ -383,6 +383,29 @@ def test_a_persistent_stack_walks_the_tiles_of_every_matrix_in_one_grid():
     assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, log
 
 
+def test_a_pair_of_blocks_copies_half_of_a_for_both_and_frees_stages_in_both():
+    """CLUSTER 2: each step copies one box of A (half of the tile's rows) into both blocks of the cluster
+    (multicast, mask 3) and B's boxes into its own block alone; a consumer frees a stage in its block and, through
+    mapa, in the peer's (release at cluster scope); both blocks meet at a cluster barrier after setting up their
+    mbarriers and before leaving. A stack's pair copies 4-d boxes likewise. ptxas keeps the wgmma asynchronous and
+    spills nothing."""
+    from autotune.runtime.compiler import link
+
+    ptx = ptx_sample("wgmma_tma_pair", "batched_wgmma_pair")
+    for name, dims, b_boxes in (("wgmma_tma_pair", 2, 2), ("batched_wgmma_pair", 4, 1)):  # nn: B in 2 panels; nt: 1
+        text = ptx[name]
+        copies = re.findall(rf"cp\.async\.bulk\.tensor\.{dims}d\.shared::cluster\.global\.tile\.mbarrier::"
+                            rf"complete_tx::bytes(\.multicast::cluster)? \[[^]]+\], \[[^]]+\], \[[^]]+\](, \w+)?;", text)
+        assert sorted(copies) == [("", "")] * b_boxes + [(".multicast::cluster", ", pair")], (name, copies)
+        assert "mov.b16 pair, 3;" in text and text.count("mapa.shared::cluster.u32") == 1, name
+        assert text.count("mbarrier.arrive.release.cluster.shared::cluster.b64") == 1, name
+        assert text.count("barrier.cluster.arrive.release;") == 2 and text.count("barrier.cluster.wait.acquire;") == 2
+        assert "wgmma.wait_group.sync.aligned 1;" in text
+        _, log = link(text, (9, 0))
+        registers = int(re.search(r"Used (\d+) registers", log).group(1))
+        assert "serialized" not in log and " 0 bytes spill stores" in log and registers <= 170, (name, log)
+
+
 def test_tf32_wgmma_variants_issue_async_tf32_multiplies():
     """A TF32 wgmma variant issues wgmma m64n<BN>k8 .tf32 with A from registers (four 32-bit values) and B through a
     K-major descriptor of a 128-byte-swizzled tile (layout type 1; sbo 1024): four per K step at tf32, twelve at

@@ -578,6 +578,59 @@ def test_a_block_per_sm_walks_every_tile_and_every_k_step(params, dtype, family,
             assert not counters.copy_to_host().any()
 
 
+# CLUSTER 2: blocks in pairs along N, block 2j + r taking tile r of pair tile j. 70 x 200 x 130 in 64 x 64 tiles:
+# 2 x 4 tiles, two pairs per row of tiles, K steps of 3 (a partial one); 130 x 60 x 72: one tile along N, so each
+# pair's second block lies wholly past N (stores nothing); nt with two consumer warpgroups and float32 C; a stack.
+PAIR_CASES = [({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "CLUSTER": 2}, "float16", {"layout": "nn"},
+               [((70, 200, 130), 2 * 2 * 2), ((130, 60, 72), 3 * 2), ((1, 1, 1), 2)]),
+              ({**WGMMA, "BM": 128, "ASYNC_STAGES": 4, "TMA": 1, "CLUSTER": 2, "GROUP_M": 1}, "bfloat16",
+               {"layout": "nt", "out_dtype": "float32"}, [((200, 330, 70), 2 * 3 * 2)]),
+              ({**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "CLUSTER": 2}, "float16", {"layout": "nn", "batch": "strided"},
+               [((3, 70, 130, 70), 2 * 2 * 2)])]
+
+
+@pytest.mark.parametrize("params,dtype,family,shapes", PAIR_CASES)
+def test_blocks_in_pairs_take_the_two_tiles_side_by_side_along_n(params, dtype, family, shapes, monkeypatch, rng):
+    """A CLUSTER 2 variant launches 2 x ceil(N tiles / 2) blocks per row of tiles (the simulator has no clusters:
+    each block copies all of A's rows of its tile, where on the GPU each copies half for both), and every result,
+    edges and a pair's block past N included, passes the family's oracle."""
+    from autotune.core.problem import Problem
+    from autotune.families.matmul import kernel as kernel_module
+
+    k = build_kernel("matmul", params, dtype, **family)
+    grids = []
+    configure = kernel_module.configure
+    monkeypatch.setattr(kernel_module, "configure", lambda f, grid, *rest: (
+        grids.append((grid, rest[-1])) if f is k.entry else None, configure(f, grid, *rest))[1])
+    for shape, blocks in shapes:
+        problem = Problem("matmul", shape, dtype, family)
+        found = check_with_oracle(k, problem, rng)
+        assert len(found) >= 2 and not any(found), (shape, params, found)
+        assert grids[-1][0][0] == blocks and grids[-1][1] == 2, (shape, grids)
+
+
+def test_a_pair_is_one_tile_per_block_with_a_stored_as_is():
+    """CLUSTER 2 is a TMA choice, of the tile schedule, K unsplit, A K-major (nn, nt), 16-bit operands; CLUSTER 1
+    renders as before it existed (the header does not name it)."""
+    space = load_space("matmul")
+    pair = {**WGMMA, "ASYNC_STAGES": 4, "TMA": 1, "CLUSTER": 2}
+    for layout in ("nn", "nt"):
+        assert space.validate(pair, dtype="bfloat16", args={"layout": layout})["CLUSTER"] == 2
+    for change, args, refusal in (({"SCHEDULE": "persistent"}, {}, "SCHEDULE must be tile"),
+                                  ({"SCHEDULE": "stream_k"}, {}, "SCHEDULE must be tile"),
+                                  ({"SPLIT_K": 2, "SPLIT_ADD": "last_block"}, {}, "SPLIT_K must be 1"),
+                                  ({}, {"layout": "tn"}, "not transposed"),
+                                  ({"BK": 32, "MMA": 8}, {"precision": "tf32"}, "not TF32's rounded copies")):
+        with pytest.raises(ValueError, match=refusal):
+            space.validate({**pair, **change}, dtype="float32" if "precision" in args else "float16",
+                           args={"layout": "nn", **args})
+    with pytest.raises(ValueError, match="CLUSTER does not apply here"):
+        space.validate({**WGMMA, "ASYNC_STAGES": 4, "CLUSTER": 2}, dtype="float16", args={"layout": "nn"})
+    single = build_kernel("matmul", {**pair, "CLUSTER": 1}, "float16", layout="nn")
+    assert "CLUSTER" not in single.source and "cluster" not in single.source
+    assert "'CLUSTER': 2" in build_kernel("matmul", pair, "float16", layout="nn").source
+
+
 def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits():
     """SCHEDULE is a TMA choice; a block per SM takes K unsplit by SPLIT_K and one matrix, and C's tile, or the
     widest half, quarter, ... of its columns that fits, lies beside the stages in the shared memory with the kernel's
@@ -621,8 +674,9 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     start = space.validate({**params, "SCHEDULE": "tile"}, dtype="float16", args={"layout": "nn"})
     problem = Problem("matmul", (4096, 4096, 4096), "float16")
     forms = problem.impl.problem_starts(start, problem, DeviceInfo("GPU", (9, 0), 132, 50 << 20), space)
-    assert forms[-2:] == [{**start, "SCHEDULE": "persistent"}, {**start, "SCHEDULE": "stream_k"}]
-    assert all(f["SCHEDULE"] == "tile" for f in forms[:-2])
+    assert forms[-3:] == [{**start, "SCHEDULE": "persistent"}, {**start, "SCHEDULE": "stream_k"},
+                          {**start, "CLUSTER": 2}]
+    assert all(f["SCHEDULE"] == "tile" and f["CLUSTER"] == 1 for f in forms[:-3])
     from autotune.runtime.streams import DEFAULT
 
     stream_k = build_kernel("matmul", {**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16")

@@ -94,9 +94,9 @@ def test_covering_sample_uses_every_value(matmul_space, family, dtype):
     sample, uncovered = matmul_space.covering_sample(dtype=dtype, args=family)
     # 16-byte vectors hold two doubles, four floats (eight halves: VEC 8 is float16's); the mma.sync used (MMA > 0)
     # is float64's; vector red.add is float32's; wgmma (and BK 64, its depth, TMA, its copies, ASYNC_STAGES 6 and 8,
-    # their deeper pipelines, and SCHEDULE, the TMA kernel's walk over tiles) is float16's.
+    # their deeper pipelines, SCHEDULE, the TMA kernel's walk over tiles, and CLUSTER, its pairs) is float16's.
     wgmma = {("BK", 64), ("WGMMA", 1), ("TMA", 0), ("TMA", 1), ("ASYNC_STAGES", 6), ("ASYNC_STAGES", 8)} | {
-        ("SCHEDULE", s) for s in ("tile", "persistent", "stream_k")}
+        ("SCHEDULE", s) for s in ("tile", "persistent", "stream_k")} | {("CLUSTER", 1), ("CLUSTER", 2)}
     assert uncovered == ({("VEC", 4), ("VEC", 8), ("SPLIT_ADD", "vector")} | wgmma if dtype == "float64"
                          else {("VEC", 8), ("MMA", 4), ("MMA", 8), ("MMA", 16), ("WGMMA", 0)} | wgmma)
     skinny_only = {"GEMV", "BLOCK", "KT", "TL", "TS"}  # the gemv kernel's: M or N at most 16 (tests/test_gemv.py)

@@ -116,6 +116,70 @@ def tma_load_4d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
     return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
 
 
+@intrinsic
+def tma_load_2d_pair(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
+    """``tma_load_2d`` into both blocks of a cluster of two (multicast, CTA mask 0b11): the box lands at the same
+    shared offset in each, and each block's mbarrier at bars[bidx] is told its bytes."""
+    def codegen(context, builder, sig, args):
+        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
+        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
+        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7)]
+        _asm(builder, "{ .reg .b16 pair; mov.b16 pair, 3; "
+                      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                      ".multicast::cluster [$0], [$1, {$3, $4}], [$2], pair; }", "r,l,r,r,r", [dst, tmap, bar, *coords])
+        return context.get_dummy_value()
+
+    return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
+
+
+@intrinsic
+def tma_load_4d_pair(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
+    """``tma_load_4d`` into both blocks of a cluster of two, as ``tma_load_2d_pair``."""
+    def codegen(context, builder, sig, args):
+        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
+        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
+        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7, 8, 9)]
+        _asm(builder, "{ .reg .b16 pair; mov.b16 pair, 3; "
+                      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+                      ".multicast::cluster [$0], [$1, {$3, $4, $5, $6}], [$2], pair; }", "r,l,r,r,r,r,r",
+             [dst, tmap, bar, *coords])
+        return context.get_dummy_value()
+
+    return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
+
+
+@intrinsic
+def mbar_arrive_peer(typingctx, bars, idx, rank):
+    """Arrive at the mbarrier bars[idx] of block ``rank`` of this block's cluster (its shared memory mapped into
+    the cluster's window by ``mapa``); release at cluster scope, as a consumer frees a stage that block's
+    producer fills."""
+    def codegen(context, builder, sig, args):
+        addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
+        _asm(builder, "{ .reg .b32 peer; mapa.shared::cluster.u32 peer, $0, $1; "
+                      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer]; }", "r,r",
+             [addr, _i32(context, builder, args[2], sig.args[2])])
+        return context.get_dummy_value()
+
+    return types.void(bars, idx, rank), codegen
+
+
+@intrinsic
+def cluster_rank(typingctx):
+    """This block's rank in its cluster (``%cluster_ctarank``)."""
+    def codegen(context, builder, sig, args):
+        return _asm(builder, "mov.u32 $0, %cluster_ctarank;", "=r", [], ir.IntType(32))
+
+    return types.uint32(), codegen
+
+
+cluster_sync = _make_plain_asm("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;")
+cluster_sync.__doc__ = """Every thread of every block of the cluster waits here for all of them (release and
+acquire at cluster scope): mbarriers a block set up are ready for its peers' copies and arrivals after it, and no
+block leaves while a peer may still reach into its shared memory."""
+
+
 def map_geometry(inner: int, outer: int, row_bytes: int, box: tuple[int, int],
                  levels: tuple[tuple[int, int], ...] = ()) -> tuple[list[int], list[int], list[int]]:
     """The dimensions, strides (bytes, one per dimension after the first) and box of a tensor map over a 2-d array
@@ -156,5 +220,6 @@ def tensor_map_bytes(pointer: int, dtype_bits: int, inner: int, outer: int, row_
     return np.array(tmap.opaque, dtype=np.uint64).tobytes()
 
 
-__all__ = ["fence_barrier_init", "map_geometry", "mbar_arrive", "mbar_expect_tx", "mbar_init", "mbar_try_wait",
-           "tensor_map_bytes", "tma_load_2d", "tma_load_4d"]
+__all__ = ["cluster_rank", "cluster_sync", "fence_barrier_init", "map_geometry", "mbar_arrive", "mbar_arrive_peer",
+           "mbar_expect_tx", "mbar_init", "mbar_try_wait", "tensor_map_bytes", "tma_load_2d", "tma_load_2d_pair",
+           "tma_load_4d", "tma_load_4d_pair"]

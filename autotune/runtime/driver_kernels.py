@@ -215,14 +215,19 @@ class CachedDispatcher:
 
 
 class CachedLaunch:
-    """A CachedDispatcher configured for a launch; calling it launches, ``bound(args)`` prepares a replay."""
+    """A CachedDispatcher configured for a launch; calling it launches, ``bound(args)`` prepares a replay.
+    ``cluster``: blocks per cluster along x (the grid's x a multiple of it), which only the driver's launch takes:
+    a cluster launch refuses to go through Numba."""
 
-    def __init__(self, dispatcher: CachedDispatcher, grid, block, stream=0, shared: int = 0):
+    def __init__(self, dispatcher: CachedDispatcher, grid, block, stream=0, shared: int = 0, cluster: int = 1):
         self.dispatcher = dispatcher
         self.griddim = _dims(grid, "grid")
         self.blockdim = _dims(block, "block")
         self.stream = stream
         self.sharedmem = int(shared)
+        self.cluster = int(cluster)
+        if self.cluster < 1 or self.griddim[0] % self.cluster:
+            raise ValueError(f"a grid of {self.griddim[0]} blocks along x has no clusters of {cluster}")
         self._numba = None
         self._core_stream = None
 
@@ -259,10 +264,17 @@ class CachedLaunch:
     def config(self):
         from cuda.core import LaunchConfig
 
+        if self.cluster > 1:  # cuda.core counts a clustered grid in clusters
+            x, y, z = self.griddim
+            return LaunchConfig(grid=(x // self.cluster, y, z), cluster=(self.cluster, 1, 1), block=self.blockdim,
+                                shmem_size=self.sharedmem)
         return LaunchConfig(grid=self.griddim, block=self.blockdim, shmem_size=self.sharedmem)
 
     def numba_configured(self):
         """The same launch as Numba configures it (``launch.configure`` of the real dispatcher)."""
+        if self.cluster > 1:
+            raise RuntimeError(f"{self.dispatcher!r} launches in clusters of {self.cluster}, which only the driver's "
+                               f"launch (cuda.core) takes, and its code could not be loaded there")
         if self._numba is None:
             from .numba_kernels import numba_configure
 

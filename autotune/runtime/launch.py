@@ -227,17 +227,22 @@ class Memset:
         return dataclasses.replace(self, pointer=self.pointer + delta) if lo <= self.pointer < hi else self
 
 
-def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0):
+def configure(kernel, grid, block, shared: int = 0, simulator: bool = False, stream=0, cluster: int = 1):
     """``kernel[grid, block, stream, shared]``, safe to keep and to record. On a GPU a kernel whose compiled code
     can be cached launches from it through the driver (driver_kernels.CachedDispatcher), others through Numba
-    (``numba_configure``). The CUDA simulator's ``kernel[grid, block]`` sets the grid on the kernel object itself
-    and returns it, so a kept configuration would launch with whichever grid was configured last; there it is a
-    function that configures at each launch."""
+    (``numba_configure``); ``cluster`` > 1 (blocks per cluster along x) through the driver only (RuntimeError
+    where it cannot). The CUDA simulator's ``kernel[grid, block]`` sets the grid on the kernel object itself and
+    returns it, so a kept configuration would launch with whichever grid was configured last; there it is a
+    function that configures at each launch (it has no clusters: each block runs as without one)."""
     if simulator:
         return lambda *args: _simulate(kernel[grid, block, 0, shared], args)
     cached = driver_kernels.cached(kernel) if driver_kernels.enabled() else None
     if cached is not None:
-        return cached[grid, block, stream, shared]
+        return driver_kernels.CachedLaunch(cached, grid, block, stream, shared, cluster)
+    if cluster > 1:
+        raise RuntimeError(f"a launch in clusters of {cluster} goes through the driver's launch (cuda.core), and "
+                           f"this kernel's code cannot be loaded there (AUTOTUNE_CODE_CACHE 0, or its code not "
+                           f"cacheable)")
     return numba_configure(kernel, grid, block, shared, stream)
 
 

@@ -62,6 +62,12 @@ def is_persistent(p: Mapping[str, Any]) -> bool:
     return schedule(p) != "tile"
 
 
+def is_pair(p: Mapping[str, Any]) -> bool:
+    """A TMA variant of CLUSTER 2: blocks in clusters of two, side by side along N, each copying half of A's rows of
+    their tiles for both (templates/matmul_wgmma.py.j2)."""
+    return is_tma(p) and p.get("CLUSTER", 1) == 2
+
+
 def reads_rounded_copies(p: Mapping[str, Any]) -> bool:
     """A TF32 wgmma variant fed by cp.async or the TMA (ASYNC_STAGES > 0, precision tf32): its operands are first
     rounded to TF32 into K-major copies (autotune/families/matmul/tf32_copies.py), which float16's kernel then

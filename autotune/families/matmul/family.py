@@ -46,6 +46,7 @@ from .config import (
     c_columns,
     dims,
     dynamic_shared_bytes,
+    is_pair,
     is_persistent,
     is_tiled,
     is_tma,
@@ -202,11 +203,13 @@ class MatmulFamily(KernelFamily):
                        OUT_SIZE=numpy_dtype(out).itemsize, ALIGN=WGMMA_ALIGN, PRECISION=args.get("precision", "ieee"),
                        TF32=reads_rounded_copies(params), TMA=is_tma(params), SPLIT_ADD=split_add(params),
                        PERSISTENT=is_persistent(params), STREAM_K=schedule(params) == "stream_k",
+                       PAIR=is_pair(params),
                        C_COLUMNS=(c_columns(params, numpy_dtype(dtype).itemsize, numpy_dtype(out).itemsize)
                                   or MIN_C_COLUMNS if is_persistent(params) else params["BN"]))
             # headers as before wgmma could split or persist: renders without either keep their bytes
             hidden = {"SPLIT_K"} if params.get("SPLIT_K", 1) == 1 else set()
             hidden |= {"SCHEDULE"} if params.get("SCHEDULE", "tile") == "tile" else set()
+            hidden |= {"CLUSTER"} if params.get("CLUSTER", 1) == 1 else set()
             if hidden:
                 shown = {k: v for k, v in params.items() if k not in hidden}
                 ctx["description"] = f"matmul {layout} {dtype} {shown}"
@@ -385,10 +388,10 @@ class MatmulFamily(KernelFamily):
         8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, among them) that reach
         90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
-        tuner drops the vector one where the dtype has none). Where the tiles overhang M or N, every form is
+        tuner drops the vector one where the dtype has none, and any form invalid for the problem). Where the tiles overhang M or N, every form is
         tried with ``EDGE: clamp`` first: a square winner runs a slightly smaller square markedly faster clamped,
         and the committed winners of 1000^3 and 127x3000x511 are clamped. A TMA start is also tried with a block per
-        SM (SCHEDULE persistent and stream_k), unsplit. A gemv start is split over K to fill the GPU likewise
+        SM (SCHEDULE persistent and stream_k), and in pairs of blocks sharing A (CLUSTER 2), unsplit. A gemv start is split over K to fill the GPU likewise
         (gemv.starts); a batched problem's blocks count every matrix's."""
         if gemv.is_gemv(start):
             return gemv.starts(start, dims(problem.shape), problem.dtype, problem.args, device.sm_count,
@@ -407,8 +410,10 @@ class MatmulFamily(KernelFamily):
                 forms += [{**start, "SPLIT_K": split, "SPLIT_ADD": add} for add in ("atomic", "vector", "last_block")]
         if start.get("EDGE") == "interior" and (M % start["BM"] or N % start["BN"]):
             forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
-        if is_tma(start) and schedule(start) == "tile":  # the same tiles walked by a block per SM
+        if is_tma(start) and schedule(start) == "tile":  # the same tiles walked by a block per SM, or in pairs
             forms += [{**start, "SCHEDULE": s, "SPLIT_K": 1} for s in ("persistent", "stream_k")]
+            if start.get("CLUSTER", 1) == 1:
+                forms.append({**start, "CLUSTER": 2, "SPLIT_K": 1})
         return forms
 
     # -- coverage -----------------------------------------------------------------------------------
@@ -522,9 +527,9 @@ class MatmulFamily(KernelFamily):
 
     def selftest_extras(self) -> list[dict[str, Any]]:
         """Configurations a covering sample leaves out that the selftest checks too (where they apply): the seed
-        kernels, and the TMA-fed wgmma ones (each SCHEDULE) and the wgmma ones that split K, which the random
-        draws of a covering sample (rejection sampling over every parameter) practically never reach, the deeper
-        pipelines (6 and 8 stages) among them."""
+        kernels, and the TMA-fed wgmma ones (each SCHEDULE, and in pairs) and the wgmma ones that split K, which
+        the random draws of a covering sample (rejection sampling over every parameter) practically never reach,
+        the deeper pipelines (6 and 8 stages) among them."""
         tma = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
         return [{"strategy": "naive"}, {"strategy": "shared16"}, {**tma, "BM": 64, "BN": 64, "ASYNC_STAGES": 3},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "GROUP_M": 1},
@@ -534,6 +539,8 @@ class MatmulFamily(KernelFamily):
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 4, "SCHEDULE": "persistent"},
                 {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "stream_k"},
                 {**tma, "BM": 128, "BN": 256, "ASYNC_STAGES": 3, "SCHEDULE": "stream_k", "GROUP_M": 1},
+                {**tma, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "CLUSTER": 2},
+                {**tma, "BM": 128, "BN": 64, "ASYNC_STAGES": 8, "CLUSTER": 2, "GROUP_M": 1},
                 {**tma, "BM": 128, "BN": 128, "ASYNC_STAGES": 4, "SPLIT_K": 2, "SPLIT_ADD": "last_block"},
                 {**tma, "TMA": 0, "BM": 64, "BN": 128, "ASYNC_STAGES": 3, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}]
 

@@ -36,6 +36,7 @@ from .config import (
     PERSISTENT_BATCH_ARGS,
     accumulator_dtype,
     dynamic_shared_bytes,
+    is_pair,
     is_persistent,
     is_tma,
     is_wgmma,
@@ -146,6 +147,8 @@ class MatmulKernel(Planned, Kernel):
                 per_split = -(-K // p.get("SPLIT_K", 1))
                 k_chunk = -(-per_split // p["BK"]) * p["BK"]
                 blocks = tiles = (-(-M // p["BM"])) * (-(-N // p["BN"]))
+                if is_pair(p):  # two blocks per pair of tiles along N (where N has an odd count, the last one past N)
+                    blocks = 2 * (-(-M // p["BM"])) * (-(-N // (2 * p["BN"])))
                 if is_persistent(p):  # a block per SM walks the tiles (of every matrix; Stream-K: their K steps)
                     work = tiles * -(-K // p["BK"]) if schedule(p) == "stream_k" else tiles * max(count, 1)
                     if work >= 2**32:
@@ -157,7 +160,8 @@ class MatmulKernel(Planned, Kernel):
             if count and not is_persistent(p):  # a row of the grid per matrix
                 grid = (*grid, count)
             shared = dynamic_shared_bytes(p, self.dtype, self.out_dtype)
-            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream), k_chunk,
+            self._launches[key] = (configure(self.entry, grid, block, shared, self.simulator, stream,
+                                             2 if is_pair(p) else 1), k_chunk,
                                    self._scratch(grid, M * N * max(count, 1), tiles))
         return self._launches[key]
 
@@ -386,7 +390,7 @@ class MatmulKernel(Planned, Kernel):
 
             size = a_flat.dtype.itemsize
             wide = SWIZZLE_BYTES // size  # a box row: the swizzle's span
-            tiles = (self.params["BM"], self.params["BN"])
+            tiles = (self.params["BM"] // (2 if is_pair(self.params) else 1), self.params["BN"])  # a pair's: half
             steps = ((), ()) if stack is None else (stack.a, stack.b)
             pieces = [tensor_map_bytes(arrays.device_pointer(flat), 8 * size, cols, rows, ld * size,
                                        (wide, tile if k_major else wide), levels=stack_levels(stack, step, size))

@@ -207,6 +207,23 @@ def _schedule_fits(p, ctx):
 
 
 
+def _cluster_fits(p, ctx):
+    """CLUSTER 2 (templates/matmul_wgmma.py.j2): two blocks of one tile schedule, adjacent along N, share A's rows
+    through multicast copies of half of them each: A read K-major (its rows along K, as stored in layouts nn and
+    nt), K unsplit, 16-bit operands (not TF32's rounded copies)."""
+    if p["CLUSTER"] == 1:
+        return None
+    if p["SCHEDULE"] != "tile":
+        return f"CLUSTER=2 pairs blocks of one tile each: SCHEDULE must be tile, not {p['SCHEDULE']}"
+    if p["SPLIT_K"] != 1:
+        return f"CLUSTER=2 takes K unsplit: SPLIT_K must be 1, not {p['SPLIT_K']}"
+    if ctx.args.get("layout", "nn")[0] == "t":
+        return "CLUSTER=2 shares A's rows along K: A must be stored as is (layout nn or nt), not transposed"
+    if reads_rounded_copies(p):
+        return "CLUSTER=2 multicasts 16-bit operands, not TF32's rounded copies"
+    return None
+
+
 def _split_add_fits(p, ctx):
     if ctx.dtype in HALF and split_add(p) == "atomic" and ctx.args.get("out_dtype") in (None, "input"):
         return f"SPLIT_ADD=atomic: {ctx.dtype} results are rounded once, from the float32 sum: use last_block"
@@ -239,6 +256,7 @@ PREDICATES = {
     "schedule_fits": Predicate(_schedule_fits, frozenset({"SCHEDULE", "SPLIT_K", "BM", "BN", "BK", "ASYNC_STAGES"})),
     "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
     "wgmma_fits": Predicate(_wgmma_fits, frozenset({"BM", "BN", "BK"})),
+    "cluster_fits": Predicate(_cluster_fits, frozenset({"CLUSTER", "SCHEDULE", "SPLIT_K"})),
     # MMA too (it applies wherever ASYNC_STAGES does): a rule on ASYNC_STAGES alone would be applied to each value
     # by itself when a tuner's space is narrowed to a dtype (SearchSpace.for_dtype), dropping 6 and 8 everywhere
     "pipeline_depth_fits": Predicate(_pipeline_depth_fits, frozenset({"ASYNC_STAGES", "MMA"})),
