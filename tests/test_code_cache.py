@@ -479,7 +479,7 @@ def test_a_clustered_launch_counts_its_grid_in_clusters_and_only_the_driver_take
 
     import cuda.core
 
-    from autotune.runtime import driver_kernels, launch
+    from autotune.runtime import driver_kernels, kernel_launch, launch
 
     # cuda.core checks a cluster against the GPU it finds: a stand-in records the configuration instead
     monkeypatch.setattr(cuda.core, "LaunchConfig", lambda **config: SimpleNamespace(**config))
@@ -492,6 +492,10 @@ def test_a_clustered_launch_counts_its_grid_in_clusters_and_only_the_driver_take
         pair.numba_configured()
     with pytest.raises(ValueError, match="no clusters of 2"):
         driver_kernels.CachedLaunch(stand_in, 13, 384, 0, 0, 2)
+    launched = []  # a cluster launch goes through cuda.core's launch, on a cuda.core stream (0: the default one)
+    monkeypatch.setattr(cuda.core, "launch", lambda *parts: launched.append(parts))
+    kernel_launch.prepared(0, config, "the kernel", (7, 8))()
+    assert isinstance(launched[0][0], cuda.core.Stream) and launched[0][1:] == (config, "the kernel", 7, 8)
     monkeypatch.setattr(driver_kernels, "enabled", lambda: False)
     with pytest.raises(RuntimeError, match="clusters of 2 goes through the driver"):
         launch.configure(object(), 12, 384, 0, False, 0, 2)

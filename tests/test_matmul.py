@@ -677,6 +677,9 @@ def test_schedules_apply_to_unsplit_tma_variants_of_one_matrix_whose_c_tile_fits
     assert forms[-3:] == [{**start, "SCHEDULE": "persistent"}, {**start, "SCHEDULE": "stream_k"},
                           {**start, "CLUSTER": 2}]
     assert all(f["SCHEDULE"] == "tile" and f["CLUSTER"] == 1 for f in forms[:-3])
+    narrow = Problem("matmul", (4096, 200, 4096), "float16")  # one tile of 256 along N: no pair
+    assert not any(f["CLUSTER"] == 2 for f in narrow.impl.problem_starts(start, narrow, DeviceInfo("GPU", (9, 0), 132,
+                                                                                                 50 << 20), space))
     from autotune.runtime.streams import DEFAULT
 
     stream_k = build_kernel("matmul", {**WGMMA, "ASYNC_STAGES": 3, "TMA": 1, "SCHEDULE": "stream_k"}, "float16")

@@ -165,15 +165,6 @@ def mbar_arrive_peer(typingctx, bars, idx, rank):
     return types.void(bars, idx, rank), codegen
 
 
-@intrinsic
-def cluster_rank(typingctx):
-    """This block's rank in its cluster (``%cluster_ctarank``)."""
-    def codegen(context, builder, sig, args):
-        return _asm(builder, "mov.u32 $0, %cluster_ctarank;", "=r", [], ir.IntType(32))
-
-    return types.uint32(), codegen
-
-
 cluster_sync = _make_plain_asm("barrier.cluster.arrive.release;\n\tbarrier.cluster.wait.acquire;")
 cluster_sync.__doc__ = """Every thread of every block of the cluster waits here for all of them (release and
 acquire at cluster scope): mbarriers a block set up are ready for its peers' copies and arrivals after it, and no
@@ -220,6 +211,6 @@ def tensor_map_bytes(pointer: int, dtype_bits: int, inner: int, outer: int, row_
     return np.array(tmap.opaque, dtype=np.uint64).tobytes()
 
 
-__all__ = ["cluster_rank", "cluster_sync", "fence_barrier_init", "map_geometry", "mbar_arrive", "mbar_arrive_peer",
+__all__ = ["cluster_sync", "fence_barrier_init", "map_geometry", "mbar_arrive", "mbar_arrive_peer",
            "mbar_expect_tx", "mbar_init", "mbar_try_wait", "tensor_map_bytes", "tma_load_2d", "tma_load_2d_pair",
            "tma_load_4d", "tma_load_4d_pair"]

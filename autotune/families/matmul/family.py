@@ -412,7 +412,7 @@ class MatmulFamily(KernelFamily):
             forms = [{**c, "EDGE": "clamp"} for c in forms] + forms
         if is_tma(start) and schedule(start) == "tile":  # the same tiles walked by a block per SM, or in pairs
             forms += [{**start, "SCHEDULE": s, "SPLIT_K": 1} for s in ("persistent", "stream_k")]
-            if start.get("CLUSTER", 1) == 1:
+            if start.get("CLUSTER", 1) == 1 and N > start["BN"]:  # a pair needs two tiles along N
                 forms.append({**start, "CLUSTER": 2, "SPLIT_K": 1})
         return forms
 
