@@ -153,12 +153,14 @@ def tma_load_4d_pair(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
 @intrinsic
 def mbar_arrive_peer(typingctx, bars, idx, rank):
     """Arrive at the mbarrier bars[idx] of block ``rank`` of this block's cluster (its shared memory mapped into
-    the cluster's window by ``mapa``); release at cluster scope, as a consumer frees a stage that block's
-    producer fills."""
+    the cluster's window by ``mapa``), as a consumer frees a stage that block's producer fills. The arrival keeps
+    the default semantics (release at CTA scope), as CUTLASS's ClusterBarrier::arrive does: what it orders, the
+    stage's reads by wgmma, completed before it (wgmma_wait). A release at cluster scope made every step of a
+    pair about twice as long on the H100 (benchmarks/NOTES.md item 69)."""
     def codegen(context, builder, sig, args):
         addr = _shared_address(context, builder, sig.args[0], args[0], args[1])
         _asm(builder, "{ .reg .b32 peer; mapa.shared::cluster.u32 peer, $0, $1; "
-                      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [peer]; }", "r,r",
+                      "mbarrier.arrive.shared::cluster.b64 _, [peer]; }", "r,r",
              [addr, _i32(context, builder, args[2], sig.args[2])])
         return context.get_dummy_value()
 
