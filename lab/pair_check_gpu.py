@@ -96,7 +96,7 @@ def timings(dtype: str) -> list[dict]:
             paired = {**entry.params, "SCHEDULE": "tile", "SPLIT_K": 1, "CLUSTER": 2}
             paired.pop("SPLIT_ADD", None)
             variants["entry paired"] = paired
-        for params in PAIRS[2:3]:  # cuBLAS's tiles at these sizes: 128 x 64, 8 stages, in clusters of two
+        for params in PAIRS[2:3] or PAIRS[:1]:  # cuBLAS's tiles at these sizes: 128 x 64, 8 stages, in pairs
             variants[f"pair {params['BM']}x{params['BN']}/{params['ASYNC_STAGES']}"] = params
             variants[f"{params['BM']}x{params['BN']}/{params['ASYNC_STAGES']}"] = {**params, "CLUSTER": 1}
         inst = Instance(problem, np.random.default_rng())
@@ -123,11 +123,18 @@ def main() -> int:
     ap.add_argument("--dtype", nargs="+", default=["float16", "bfloat16"])
     ap.add_argument("--check-only", action="store_true")
     ap.add_argument("--hang-s", type=float, default=300.0)
+    ap.add_argument("--quick", action="store_true",
+                    help="the first pair alone, on the first dtype, checked at three shapes and timed at three")
     ap.add_argument("--checks-here", action="store_true", help=argparse.SUPPRESS)  # the watched child
     a = ap.parse_args()
+    if a.quick:
+        global PAIRS, CHECKED, TIMED
+        PAIRS, CHECKED = PAIRS[:1], [(70, 90, 130), (1024, 1024, 1024), (8, 300, 130, 200)]
+        TIMED, a.dtype = [(1024, 1024, 1024), (4096, 4096, 4096), (256, 128, 128, 128)], a.dtype[:1]
     if a.checks_here:
         return checks(a.dtype)
-    child = [sys.executable, os.path.abspath(__file__), "--checks-here", "--dtype", *a.dtype]
+    child = [sys.executable, os.path.abspath(__file__), "--checks-here", "--dtype", *a.dtype] + \
+        (["--quick"] if a.quick else [])
     try:
         done = subprocess.run(child, capture_output=True, text=True, timeout=a.hang_s)
         log, status = done.stdout + done.stderr, done.returncode
