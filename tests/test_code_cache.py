@@ -456,21 +456,6 @@ def test_a_stored_kernel_is_bound_for_replay_with_its_packed_arguments(monkeypat
         stand_in[0, 128]
 
 
-def test_a_launch_without_a_checked_buffer_goes_through_cuda_core_on_a_cuda_core_stream(monkeypatch):
-    """Where no parameter buffer holds the arguments (here an argument of no known packing), a replayed launch goes
-    through ``cuda.core.launch``, which takes a cuda.core stream, not a handle (0, the default stream, included:
-    cuda.core 1.2 refuses an int with a TypeError)."""
-    import cuda.core
-
-    from autotune.runtime import kernel_launch
-
-    launched, odd = [], object()
-    monkeypatch.setattr(cuda.core, "launch", lambda *parts: launched.append(parts))
-    kernel_launch.prepared(0, "the configuration", "the kernel", (7, odd))()
-    assert isinstance(launched[0][0], cuda.core.Stream) and launched[0][1:] == ("the configuration", "the kernel",
-                                                                                  7, odd)
-
-
 def test_a_clustered_launch_counts_its_grid_in_clusters_and_only_the_driver_takes_it(monkeypatch):
     """A launch in clusters of two (CLUSTER 2) is configured for cuda.core with the grid in clusters (its x halved)
     and the cluster's shape; a grid that is no whole number of clusters is refused, and so is the way through

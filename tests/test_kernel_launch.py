@@ -86,7 +86,9 @@ def test_without_a_buffer_the_launch_goes_through_cuda_core(monkeypatch):
         if packed is PACKED:
             monkeypatch.setattr(kernel_launch, "_pieces", lambda: None)
         kernel_launch.prepared(0, config, "kernel", packed)()
-        assert seen[-1] == (0, config, "kernel", *packed)
+        # on a cuda.core stream (cuda.core 1.2 refuses the default stream's handle 0 with a TypeError)
+        assert isinstance(seen[-1][0], core.Stream) and int(seen[-1][0].handle) == 0
+        assert seen[-1][1:] == (config, "kernel", *packed)
 
 
 def test_a_memset_goes_to_the_driver_with_its_result_checked(monkeypatch):
