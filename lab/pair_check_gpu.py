@@ -6,9 +6,10 @@ checked on a Hopper GPU, then timed against the same tiles unpaired and cuBLAS i
 The checks run in a child process under a watchdog (``--hang-s``): a pair whose barriers never complete hangs its
 kernel, and the watchdog then reports the last case begun instead of waiting out the caller's time. Checks: pairs
 of 64 x 128 (4 and 8 stages), 128 x 64 (8 stages, two consumer warpgroups), 128 x 128 and 128 x 256, layouts nn
-and nt (the second dtype: the first pair alone, its code the same but for its types), on shapes with partial tiles in M, N and K, an odd count of tiles along N (a pair's second block past N),
-rows not 16-byte aligned (70 x 90 x 130), the suite's and issue 55's small shapes, and a stack; each through the
-family's oracle (integer data exact, normal data within its error bound), the output poisoned with NaN first.
+and nt (the second dtype: the first pair alone, its code the same but for its types), on shapes with partial
+tiles in M, N and K, an odd count of tiles along N (a pair's second block past N), rows not 16-byte aligned
+(70 x 90 x 130), the suite's and issue 55's small shapes, and a stack; each through the family's oracle (integer
+data exact, normal data within its error bound), the output poisoned with NaN first.
 Times (the first dtype): issue 55's shapes and two stacks, each with the database's entry for it, the entry's
 tiles paired, and 128 x 64 tiles in 8 stages paired and not (cuBLAS's at these sizes), beside cuBLAS through
 PyTorch, as `autotune bench` times (CUDA events, L2 flushed, median).
@@ -23,6 +24,7 @@ import subprocess
 import sys
 
 import numpy as np
+from variant_times import print_table
 
 TMA = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1, "CLUSTER": 2}
 PAIRS = [{**TMA, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "GROUP_M": 8},
@@ -78,15 +80,13 @@ def checks(dtypes: list[str]) -> int:
 def timings(dtype: str) -> list[dict]:
     from autotune.core.device import current_device
     from autotune.core.space import load_space
-    from autotune.runtime.build import build_kernel
     from autotune.runtime.db import database_folders, db_path, load_file
-    from autotune.tuning.instance import Instance
-    from autotune.tuning.measure import bench, l2_flusher
+    from variant_times import timed_row
 
     name, space = current_device().name, load_space("matmul")
     entries = {e.problem.key: e for p in (db_path(f, name) for f in database_folders(None)) if p.exists()
                for e in load_file(p).entries}
-    flusher, rows = l2_flusher(), []
+    rows = []
     for shape in TIMED:
         problem = problem_of(shape, dtype, "nn")
         entry = entries.get(problem.key)
@@ -99,21 +99,9 @@ def timings(dtype: str) -> list[dict]:
         for params in PAIRS[2:3] or PAIRS[:1]:  # cuBLAS's tiles at these sizes: 128 x 64, 8 stages, in pairs
             variants[f"pair {params['BM']}x{params['BN']}/{params['ASYNC_STAGES']}"] = params
             variants[f"{params['BM']}x{params['BN']}/{params['ASYNC_STAGES']}"] = {**params, "CLUSTER": 1}
-        inst = Instance(problem, np.random.default_rng())
-        row = {"problem": problem.key}
-        for label, params in variants.items():
-            checked = space.checked_or_none(params, dtype=dtype, args=problem.args)
-            if checked is None:
-                row[label] = {"error": "not valid here"}
-                continue
-            kernel = build_kernel("matmul", checked, dtype, **problem.args)
-            error = inst.check(kernel)
-            row[label] = {"error": error} if error else \
-                {"ms": bench(lambda: inst.run(kernel, timing=True), flush=flusher).median_ms}
-        for peer, call in problem.impl.peers(problem, inst.time_args).items():
-            row[peer] = {"ms": bench(call, flush=flusher).median_ms}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(timed_row(problem, {label: space.checked_or_none(params, dtype=dtype, args=problem.args)
+                                        for label, params in variants.items()}))
+        print(json.dumps(rows[-1]), flush=True)
     return rows
 
 
@@ -149,17 +137,7 @@ def main() -> int:
     os.makedirs(a.results, exist_ok=True)
     with open(os.path.join(a.results, "pair-check.json"), "w") as f:
         json.dump(found, f, indent=1, default=str)
-    print("| problem | variant | ms | torch / this |")
-    print("| --- | --- | --- | --- |")
-    for dtype, rows in found.get("timings", {}).items():
-        for row in rows:
-            peers = [v["ms"] for k, v in row.items() if k != "problem" and "torch" in k and "ms" in v]
-            for label, value in row.items():
-                if label == "problem":
-                    continue
-                ms = value.get("ms")
-                ratio = f"{peers[0] / ms:.2f}x" if ms and peers else "-"
-                print(f"| {row['problem']} | {label} | {ms if ms else value} | {ratio} |")
+    print_table([row for rows in found.get("timings", {}).values() for row in rows])
     return 0 if status == 0 else 1
 
 

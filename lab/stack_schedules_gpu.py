@@ -20,6 +20,7 @@ import os
 import sys
 
 import numpy as np
+from variant_times import print_table
 
 TMA = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
 PERSISTENT = [{**TMA, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "persistent", "GROUP_M": 8},
@@ -49,7 +50,8 @@ def checks(dtype: str, rng) -> list[dict]:
                 problem = Problem("matmul", shape, dtype, {"layout": layout, "batch": "strided"})
                 impl = problem.impl
                 for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-                    out = arrays.host_to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
+                    poisoned = np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype)
+                    out = arrays.host_to_device(poisoned)
                     kernel(*case.inputs, out=out)
                     error = impl.verify(problem, case, out.copy_to_host(), rng)
                     rows.append({"params": params, "layout": layout, "shape": shape, "error": error})
@@ -66,15 +68,13 @@ def checks(dtype: str, rng) -> list[dict]:
 def timings(dtype: str) -> list[dict]:
     from autotune.core.device import current_device
     from autotune.core.problem import Problem
-    from autotune.runtime.build import build_kernel
     from autotune.runtime.db import database_folders, db_path, load_file
-    from autotune.tuning.instance import Instance
-    from autotune.tuning.measure import bench, l2_flusher
+    from variant_times import timed_row
 
     name = current_device().name
     entries = {e.problem.key: e for p in (db_path(f, name) for f in database_folders(None)) if p.exists()
                for e in load_file(p).entries}
-    flusher, rows = l2_flusher(), []
+    rows = []
     for shape in TIMED:
         problem = Problem("matmul", shape, dtype, {"layout": "nn", "batch": "strided"})
         entry = entries.get(problem.key)
@@ -82,17 +82,9 @@ def timings(dtype: str) -> list[dict]:
         variants = {"entry" if entry else "64x128 tile": given}
         if given.get("TMA"):
             variants["persistent"] = {**given, "SCHEDULE": "persistent", "SPLIT_K": 1}
-        inst = Instance(problem, np.random.default_rng())
-        row = {"problem": problem.key, "given": given}
-        for label, params in variants.items():
-            params = {k: v for k, v in params.items() if not (k == "SPLIT_ADD" and params.get("SPLIT_K", 1) == 1)}
-            kernel = build_kernel("matmul", params, dtype, layout="nn", batch="strided")
-            error = inst.check(kernel)
-            row[label] = {"error": error} if error else \
-                {"ms": bench(lambda: inst.run(kernel, timing=True), flush=flusher).median_ms}
-        for peer, call in problem.impl.peers(problem, inst.time_args).items():
-            row[peer] = {"ms": bench(call, flush=flusher).median_ms}
-        rows.append(row)
+        variants = {label: {k: v for k, v in params.items() if not (k == "SPLIT_ADD" and params.get("SPLIT_K", 1) == 1)}
+                    for label, params in variants.items()}
+        rows.append(timed_row(problem, variants))
     return rows
 
 
@@ -110,17 +102,7 @@ def main() -> int:
     for dtype, row in wrong[:20]:
         print("WRONG", dtype, row)
     print(f"checks: {sum(len(f['checks']) for f in found.values())}, wrong: {len(wrong)}")
-    print("| problem | variant | ms | torch.bmm / this |")
-    print("| --- | --- | --- | --- |")
-    for dtype, f in found.items():
-        for row in f["timings"]:
-            peers = [v["ms"] for k, v in row.items() if k not in ("problem", "given") and "torch" in k]
-            for label, value in row.items():
-                if label in ("problem", "given"):
-                    continue
-                ms = value.get("ms")
-                ratio = f"{peers[0] / ms:.2f}x" if ms and peers else "-"
-                print(f"| {row['problem']} | {label} | {ms if ms else value} | {ratio} |")
+    print_table([row for f in found.values() for row in f["timings"]])
     return 1 if wrong else 0
 
 

@@ -82,72 +82,62 @@ def mbar_try_wait(typingctx, bars, idx, parity):
     return types.boolean(bars, idx, parity), codegen
 
 
-@intrinsic
-def tma_load_2d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
-    """Copy the box of the tensor map at maps[midx] (a device uint8 array) whose first element is (x, y) (x along
-    the array's contiguous dimension) into smem[sidx] (1024-byte aligned for the 128-byte swizzle), reporting
-    its bytes to mbarrier bars[bidx]. Elements outside the array arrive as zeros."""
-    def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
-        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
-        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
-        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7)]
-        _asm(builder, "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-                      "[$0], [$1, {$3, $4}], [$2];", "r,l,r,r,r", [dst, tmap, bar, *coords])
-        return context.get_dummy_value()
-
-    return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
+def _tma_load(context, builder, sig, args, dims: int, pair: bool) -> None:
+    """The copy of a ``dims``-d box (arguments: smem, its index, maps, the map's offset, bars, the barrier's
+    index, then the box's coordinates); ``pair``: into both blocks of a cluster of two (multicast, mask 0b11)."""
+    dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
+    tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
+    bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
+    coords = [_i32(context, builder, args[i], sig.args[i]) for i in range(6, 6 + dims)]
+    at = ", ".join(f"${i}" for i in range(3, 3 + dims))
+    copy = f"cp.async.bulk.tensor.{dims}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+    text = (f"{{ .reg .b16 pair; mov.b16 pair, 3; {copy}.multicast::cluster [$0], [$1, {{{at}}}], [$2], pair; }}"
+            if pair else f"{copy} [$0], [$1, {{{at}}}], [$2];")
+    _asm(builder, text, ",".join(["r", "l", "r"] + ["r"] * dims), [dst, tmap, bar, *coords])
 
 
-@intrinsic
-def tma_load_4d(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
-    """``tma_load_2d`` of the box at (x, y) of matrix (z, w) of a stack: a tensor map of rank 4 whose third and
-    fourth dimensions are the stack's two batch levels (``tensor_map_bytes`` with ``levels``), the box one matrix
-    deep. Elements outside the matrix (x or y out of range) arrive as zeros, never another matrix's."""
-    def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
-        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
-        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
-        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7, 8, 9)]
-        _asm(builder, "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes "
-                      "[$0], [$1, {$3, $4, $5, $6}], [$2];", "r,l,r,r,r,r,r", [dst, tmap, bar, *coords])
-        return context.get_dummy_value()
-
-    return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
+def _named_intrinsic(name: str, typer):
+    typer.__name__ = typer.__qualname__ = name
+    return intrinsic(typer)
 
 
-@intrinsic
-def tma_load_2d_pair(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
-    """``tma_load_2d`` into both blocks of a cluster of two (multicast, CTA mask 0b11): the box lands at the same
-    shared offset in each, and each block's mbarrier at bars[bidx] is told its bytes."""
-    def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
-        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
-        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
-        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7)]
-        _asm(builder, "{ .reg .b16 pair; mov.b16 pair, 3; "
-                      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                      ".multicast::cluster [$0], [$1, {$3, $4}], [$2], pair; }", "r,l,r,r,r", [dst, tmap, bar, *coords])
-        return context.get_dummy_value()
+def _tma_load_2d(pair: bool):
+    def typer(typingctx, smem, sidx, maps, midx, bars, bidx, x, y):
+        def codegen(context, builder, sig, args):
+            _tma_load(context, builder, sig, args, 2, pair)
+            return context.get_dummy_value()
 
-    return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
+        return types.void(smem, sidx, maps, midx, bars, bidx, x, y), codegen
+
+    return _named_intrinsic("tma_load_2d" + ("_pair" if pair else ""), typer)
 
 
-@intrinsic
-def tma_load_4d_pair(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
-    """``tma_load_4d`` into both blocks of a cluster of two, as ``tma_load_2d_pair``."""
-    def codegen(context, builder, sig, args):
-        dst = _shared_address(context, builder, sig.args[0], args[0], args[1])
-        tmap = builder.ptrtoint(_element_pointer(context, builder, sig.args[2], args[2], args[3]), ir.IntType(64))
-        bar = _shared_address(context, builder, sig.args[4], args[4], args[5])
-        coords = [_i32(context, builder, args[i], sig.args[i]) for i in (6, 7, 8, 9)]
-        _asm(builder, "{ .reg .b16 pair; mov.b16 pair, 3; "
-                      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-                      ".multicast::cluster [$0], [$1, {$3, $4, $5, $6}], [$2], pair; }", "r,l,r,r,r,r,r",
-             [dst, tmap, bar, *coords])
-        return context.get_dummy_value()
+def _tma_load_4d(pair: bool):
+    def typer(typingctx, smem, sidx, maps, midx, bars, bidx, x, y, z, w):
+        def codegen(context, builder, sig, args):
+            _tma_load(context, builder, sig, args, 4, pair)
+            return context.get_dummy_value()
 
-    return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
+        return types.void(smem, sidx, maps, midx, bars, bidx, x, y, z, w), codegen
+
+    return _named_intrinsic("tma_load_4d" + ("_pair" if pair else ""), typer)
+
+
+#: ``tma_load_2d(smem, sidx, maps, midx, bars, bidx, x, y)``: copy the box of the tensor map at maps[midx] (a
+#: device uint8 array) whose first element is (x, y) (x along the array's contiguous dimension) into smem[sidx]
+#: (1024-byte aligned for the 128-byte swizzle), reporting its bytes to mbarrier bars[bidx]. Elements outside the
+#: array arrive as zeros.
+tma_load_2d = _tma_load_2d(pair=False)
+#: ``tma_load_4d(..., x, y, z, w)``: ``tma_load_2d`` of the box at (x, y) of matrix (z, w) of a stack: a tensor map
+#: of rank 4 whose third and fourth dimensions are the stack's two batch levels (``tensor_map_bytes`` with
+#: ``levels``), the box one matrix deep. Elements outside the matrix (x or y out of range) arrive as zeros, never
+#: another matrix's.
+tma_load_4d = _tma_load_4d(pair=False)
+#: ``tma_load_2d`` into both blocks of a cluster of two (multicast, CTA mask 0b11): the box lands at the same shared
+#: offset in each, and each block's mbarrier at bars[bidx] is told its bytes.
+tma_load_2d_pair = _tma_load_2d(pair=True)
+#: ``tma_load_4d`` into both blocks of a cluster of two, as ``tma_load_2d_pair``.
+tma_load_4d_pair = _tma_load_4d(pair=True)
 
 
 @intrinsic
