@@ -220,14 +220,16 @@ def test_bfloat16_matmul_issues_bf16_products_and_rounds_c_once():
 
 def test_float16_moves_sixteen_bytes_at_a_time_with_vec_8():
     """VEC 8 (float16 only) copies a tile row's eight halves with one 16-byte cp.async (.cg, the L2-only form that
-    exists for 16 bytes alone). Register staging loads them as one vector too, which NVVM emits as two 8-byte
-    accesses (v4.u16): the interior path has no 2-byte loads or stores to shared memory."""
+    exists for 16 bytes alone). Register staging loads and stores them as one 16-byte vector too, four 32-bit
+    words (vload8 and vstore8: NVVM splits a vector of eight halves into two 8-byte accesses, v4.u16): the
+    interior path has no 2-byte loads or stores to shared memory."""
     ptx = ptx_sample("fp16_vec8", "fp16_vec8_staged")
     copies = re.findall(r"cp\.async\.(\w+)\.shared\.global \[[^]]*\], \[[^]]*\], (\d+)", ptx["fp16_vec8"])
     assert copies and set(copies) == {("cg", "16")}, set(copies)
     staged = collections.Counter(re.findall(r"(?:ld|st)\.(?:global|shared)\.[\w.]+", ptx["fp16_vec8_staged"]))
     assert "cp.async" not in ptx["fp16_vec8_staged"] and not staged["st.shared.u16"], staged
-    assert staged["ld.global.v4.u16"] and staged["st.shared.v4.u16"], staged
+    assert staged["ld.global.v4.u32"] and staged["st.shared.v4.u32"], staged
+    assert not staged["ld.global.v4.u16"] and not staged["st.shared.v4.u16"], staged
 
 
 def test_float16_on_wgmma_keeps_its_multiplies_running():
@@ -253,7 +255,7 @@ def test_float16_on_wgmma_keeps_its_multiplies_running():
         _, log = link(text, (9, 0))
         assert "serialized" not in log and " 0 bytes spill stores" in log, log
     assert "st.global.v4.f32" in ptx["wgmma_tt_f32"] and "cvt.rn.f16.f32" not in ptx["wgmma_tt_f32"]
-    assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u16" in ptx["wgmma"]  # C in 16-byte row pieces
+    assert "cvt.rn.f16.f32" in ptx["wgmma"] and "st.global.v4.u32" in ptx["wgmma"]  # C in 16-byte row pieces
 
 
 def test_tma_variants_copy_with_one_thread_and_hand_stages_over_mbarriers():
@@ -485,8 +487,8 @@ def test_the_gemv_kernel_reads_sixteen_bytes_at_a_time():
     rows, bf16, f16, f64, finish = (ptx[n] for n in ("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16",
                                                      "gemv_cols_f64", "gemv_finish"))
     assert "ld.global.v4.f32" in rows and "shfl.sync.down.b32" in rows and not issues("atom", rows)
-    assert "ld.global.v4.u16" in bf16 and "shl.b32" in bf16 and "%ctaid.z" in bf16 and "cvt.rn.bf16.f32" in bf16
-    assert "ld.global.v4.u16" in f16 and "cvt.f32.f16" in f16 and "atom.global.add.f32" in f16
+    assert "ld.global.v4.u32" in bf16 and "shl.b32" in bf16 and "%ctaid.z" in bf16 and "cvt.rn.bf16.f32" in bf16
+    assert "ld.global.v4.u32" in f16 and "cvt.f32.f16" in f16 and "atom.global.add.f32" in f16
     assert "cvt.rn.f16.f32" not in f16 and "cvt.rn.f16.f32" in finish
     assert "ld.global.v2.f64" in f64 and "atom.global.add.f64" in f64 and "shfl.sync.down.b32" in f64
     for name, text in ptx.items():

@@ -128,3 +128,55 @@ def test_dmma_tile_routes_fragments_and_results_to_the_right_places(tm, tn, k, m
             for e, (i, j) in enumerate((i, j) for i in (0, 1) for j in (0, 1)):
                 expected[2 * mi + i, 2 * nj + j] += product * (e + 1)
     np.testing.assert_array_equal(out, expected)
+
+
+def jit_run(build) -> "ctypes._CFuncPtr":
+    """run(out, src) over uint16 arrays, its body built by ``build(builder, out, src)``, JIT-compiled for this CPU
+    (little-endian, as the GPU)."""
+    u16 = ir.IntType(16).as_pointer()
+    module = ir.Module(name="vector_words_test")
+    fn = ir.Function(module, ir.FunctionType(ir.VoidType(), [u16, u16]), name="run")
+    builder = ir.IRBuilder(fn.append_basic_block())
+    build(builder, *fn.args)
+    builder.ret_void()
+    llvm.initialize_native_target()
+    llvm.initialize_native_asmprinter()
+    engine = llvm.create_mcjit_compiler(llvm.parse_assembly(str(module)),
+                                        llvm.Target.from_default_triple().create_target_machine())
+    engine.finalize_object()
+    run = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)(engine.get_function_address("run"))
+    run.engine = engine  # kept alive with the function
+    return run
+
+
+def test_eight_halves_move_as_four_words_in_memory_order():
+    """vload8 and vstore8 of 16-bit elements read and write four 32-bit words (one 16-byte access, where NVVM
+    splits a vector of eight halves into two 8-byte ones): element j of the tuple is the j-th in memory, both
+    ways, checked by running the IR that splits and packs the words on this CPU."""
+    half = ir.HalfType()
+
+    def element(builder, pointer, j):
+        return builder.gep(pointer, [ir.Constant(ir.IntType(64), j)])
+
+    def load_halves(builder, out, src):
+        words = builder.load(builder.bitcast(src, intrinsics.WORDS.as_pointer()), align=16)
+        for j, value in enumerate(intrinsics._halves_of(builder, words, half)):
+            builder.store(builder.bitcast(value, ir.IntType(16)), element(builder, out, j))
+
+    def store_words(builder, out, src):
+        values = [builder.bitcast(builder.load(element(builder, src, j)), half) for j in range(8)]
+        builder.store(intrinsics._words_of(builder, values), builder.bitcast(out, intrinsics.WORDS.as_pointer()),
+                      align=16)
+
+    def aligned(values: np.ndarray) -> np.ndarray:  # the accesses claim 16-byte alignment
+        buffer = np.empty(16, np.uint16)
+        start = (-buffer.ctypes.data % 16) // 2
+        buffer[start:start + 8] = values
+        return buffer[start:start + 8]
+
+    src = aligned(np.random.default_rng().standard_normal(8).astype(np.float16).view(np.uint16))
+    assert len(set(src.tolist())) == 8
+    for build in (load_halves, store_words):
+        out = aligned(np.full(8, 0xFFFF, np.uint16))
+        jit_run(build)(out.ctypes.data, src.ctypes.data)
+        np.testing.assert_array_equal(out, src, err_msg=build.__name__)

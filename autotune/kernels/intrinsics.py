@@ -28,6 +28,33 @@ def _vector_type(context, arrty, width):
     return ir.VectorType(context.get_data_type(arrty.dtype), width)
 
 
+WORD = ir.IntType(32)
+WORDS = ir.VectorType(WORD, 4)
+
+
+def _packed(context, vecty, width: int) -> bool:
+    """Whether a vector access goes through four 32-bit words: eight 16-bit elements (float16, bfloat16's bits),
+    which NVVM would otherwise split into two 8-byte accesses (v4.u16); as words it is one 16-byte access."""
+    return width == 8 and context.get_abi_sizeof(vecty.element) == 2
+
+
+def _halves_of(builder, words, element) -> list:
+    """The eight 16-bit elements of four words, each word's low half first (the order in memory)."""
+    return [builder.bitcast(builder.trunc(builder.lshr(builder.extract_element(words, ir.Constant(WORD, j // 2)),
+                                                       ir.Constant(WORD, 16 * (j % 2))), ir.IntType(16)), element)
+            for j in range(8)]
+
+
+def _words_of(builder, halves) -> ir.Value:
+    """Four words of eight 16-bit elements, the first of each pair in the low half."""
+    words = ir.Constant(WORDS, ir.Undefined)
+    for w in range(4):
+        low, high = (builder.zext(builder.bitcast(h, ir.IntType(16)), WORD) for h in halves[2 * w:2 * w + 2])
+        word = builder.or_(low, builder.shl(high, ir.Constant(WORD, 16)))
+        words = builder.insert_element(words, word, ir.Constant(WORD, w))
+    return words
+
+
 def _make_vload(width: int):
     @intrinsic
     def vload(typingctx, arr, idx):
@@ -36,9 +63,13 @@ def _make_vload(width: int):
         def codegen(context, builder, sig, args):
             arrty = sig.args[0]
             vecty = _vector_type(context, arrty, width)
-            ptr = builder.bitcast(_element_pointer(context, builder, arrty, args[0], args[1]), vecty.as_pointer())
-            vec = builder.load(ptr, align=width * context.get_abi_sizeof(vecty.element))
-            items = [builder.extract_element(vec, ir.Constant(ir.IntType(32), j)) for j in range(width)]
+            pointer = _element_pointer(context, builder, arrty, args[0], args[1])
+            if _packed(context, vecty, width):
+                words = builder.load(builder.bitcast(pointer, WORDS.as_pointer()), align=16)
+                return context.make_tuple(builder, sig.return_type, _halves_of(builder, words, vecty.element))
+            vec = builder.load(builder.bitcast(pointer, vecty.as_pointer()),
+                               align=width * context.get_abi_sizeof(vecty.element))
+            items = [builder.extract_element(vec, ir.Constant(WORD, j)) for j in range(width)]
             return context.make_tuple(builder, sig.return_type, items)
 
         return sig, codegen
@@ -50,12 +81,16 @@ def _vstore_codegen(width: int):
     def codegen(context, builder, sig, args):
         arrty = sig.args[0]
         vecty = _vector_type(context, arrty, width)
+        values = [context.cast(builder, v, t, arrty.dtype) for v, t in zip(args[2:], sig.args[2:])]
+        pointer = _element_pointer(context, builder, arrty, args[0], args[1])
+        if _packed(context, vecty, width):
+            builder.store(_words_of(builder, values), builder.bitcast(pointer, WORDS.as_pointer()), align=16)
+            return context.get_dummy_value()
         vec = ir.Constant(vecty, ir.Undefined)
-        for j, value in enumerate(args[2:]):
-            value = context.cast(builder, value, sig.args[2 + j], arrty.dtype)
-            vec = builder.insert_element(vec, value, ir.Constant(ir.IntType(32), j))
-        ptr = builder.bitcast(_element_pointer(context, builder, arrty, args[0], args[1]), vecty.as_pointer())
-        builder.store(vec, ptr, align=width * context.get_abi_sizeof(vecty.element))
+        for j, value in enumerate(values):
+            vec = builder.insert_element(vec, value, ir.Constant(WORD, j))
+        builder.store(vec, builder.bitcast(pointer, vecty.as_pointer()),
+                      align=width * context.get_abi_sizeof(vecty.element))
         return context.get_dummy_value()
 
     return codegen
@@ -73,7 +108,8 @@ def vstore4(typingctx, arr, idx, v0, v1, v2, v3):
 
 @intrinsic
 def vstore8(typingctx, arr, idx, v0, v1, v2, v3, v4, v5, v6, v7):
-    """Eight elements at once: a 16-byte store of float16 (the widest vector, as vstore4 of float32)."""
+    """Eight elements at once: a 16-byte store of float16 (the widest vector, as vstore4 of float32), as four
+    words."""
     return types.void(arr, idx, v0, v1, v2, v3, v4, v5, v6, v7), _vstore_codegen(8)
 
 
