@@ -479,14 +479,19 @@ def test_batched_kernels_offset_their_operands_per_grid_row_and_keep_their_code(
 def test_the_gemv_kernel_reads_sixteen_bytes_at_a_time():
     """The gemv kernel loads the matrix in 16-byte vectors (rows form: along K; cols form: along C's long side),
     adds its lanes' sums with warp shuffles, and splits K with atomic adds into C (float64: atom.add.f64) or, for
-    a float16 C, into the float32 workspace that the finish kernel rounds into C once (cvt.rn.f16.f32); bfloat16
-    is widened from its bits by a shift; none spills."""
+    a float16 C, into the float32 workspace that the finish kernel rounds into C once (cvt.rn.f16.f32); with KW
+    groups of warps, the groups' sums meet in shared memory behind barriers and C is stored rounded, nothing
+    atomic; bfloat16 is widened from its bits by a shift; none spills."""
     from autotune.runtime.compiler import link
 
-    ptx = ptx_sample("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16", "gemv_cols_f64", "gemv_finish")
-    rows, bf16, f16, f64, finish = (ptx[n] for n in ("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16",
-                                                     "gemv_cols_f64", "gemv_finish"))
+    names = ("gemv_rows", "gemv_rows_bf16_batched", "gemv_cols_f16", "gemv_cols_f64", "gemv_finish",
+             "gemv_cols_f16_groups")
+    ptx = ptx_sample(*names)
+    rows, bf16, f16, f64, finish, groups = (ptx[n] for n in names)
     assert "ld.global.v4.f32" in rows and "shfl.sync.down.b32" in rows and not issues("atom", rows)
+    assert "bar.sync" not in rows and not issues("st.shared", rows)  # KW 1: no shared memory, no barrier
+    assert "ld.global.v4.u32" in groups and "st.shared.v4.f32" in groups and "ld.shared.v4.f32" in groups
+    assert "bar.sync" in groups and "cvt.rn.f16.f32" in groups and not issues("atom", groups)
     assert "ld.global.v4.u32" in bf16 and "shl.b32" in bf16 and "%ctaid.z" in bf16 and "cvt.rn.bf16.f32" in bf16
     assert "ld.global.v4.u32" in f16 and "cvt.f32.f16" in f16 and "atom.global.add.f32" in f16
     assert "cvt.rn.f16.f32" not in f16 and "cvt.rn.f16.f32" in finish

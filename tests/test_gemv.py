@@ -21,7 +21,8 @@ GEMV = {"GEMV": 1, "BLOCK": 64, "KT": 4, "TL": 2, "TS": 2, "VEC": 4, "UNROLL_K":
 
 # (parameters, dtype, layout, shape): each side with each form (rows: A row-major where N is small, B given
 # transposed where M is; cols: the others), split K, short sides longer than TS, primes and K no multiple of any
-# step, K of 1, rows not 16-byte aligned (K odd in the rows form), and the 16-bit dtypes' workspace.
+# step, K of 1, rows not 16-byte aligned (K odd in the rows form), and the 16-bit dtypes' workspace; then K shared
+# by KW groups of warps as well (sums met in shared memory), with and without shuffles, split and in two passes.
 CASES = [
     (GEMV, "float32", "nn", (37, 3, 41)),                                            # rows, N = 3 in two passes
     ({**GEMV, "SPLIT_K": 4}, "float32", "tn", (37, 5, 83)),                          # cols, atomic slices
@@ -33,6 +34,10 @@ CASES = [
     ({**GEMV, "VEC": 8, "TS": 4}, "float16", "tn", (9, 61, 40)),                     # cols, side m
     ({**GEMV, "VEC": 8, "SPLIT_K": 2, "TS": 1}, "bfloat16", "tt", (3, 44, 50)),      # rows, side m, workspace
     ({**GEMV, "VEC": 4, "UNROLL_K": 4}, "bfloat16", "nt", (30, 4, 33)),              # cols, side n
+    ({**GEMV, "KW": 2}, "float32", "nn", (37, 3, 41)),                               # rows, 2 groups, two passes
+    ({**GEMV, "KW": 2, "KT": 8, "VEC": 8, "SPLIT_K": 2}, "float16", "tn", (9, 61, 77)),  # cols, groups + workspace
+    ({**GEMV, "KW": 2, "KT": 1, "TS": 4}, "float32", "nn", (3, 70, 19)),            # cols, groups, no shuffles
+    ({**GEMV, "BLOCK": 128, "KW": 4, "KT": 2, "VEC": 8, "TS": 1, "TL": 1}, "bfloat16", "nt", (30, 4, 133)),
 ]
 
 
@@ -90,6 +95,11 @@ def test_gemv_applies_to_skinny_problems_alone_and_within_its_limits():
     assert "BM" not in checked and {"BLOCK", "KT", "TL", "TS", "VEC", "SPLIT_K"} <= checked.keys()
     tiled = space.validate({}, dtype="float32", args={"layout": "nn", "skinny": "n"})
     assert tiled["GEMV"] == 0 and "BM" in tiled and "BLOCK" not in tiled
+    with pytest.raises(ValueError, match="gemv: KW=4 groups of 64 threads are not whole warps"):
+        space.validate({"GEMV": 1, "BLOCK": 64, "KW": 4}, dtype="float32", args={"layout": "nn", "skinny": "n"})
+    with pytest.raises(ValueError, match="gemv: KW=8 groups' sums take 57344 bytes of shared memory, over 49152"):
+        space.validate({"GEMV": 1, "KT": 1, "KW": 8, "TS": 16, "VEC": 4, "UNROLL_K": 1}, dtype="float32",
+                       args={"layout": "tn", "skinny": "n"})  # cols: 32 lanes x 64 sums x 7 groups x 4 bytes
     with pytest.raises(ValueError, match="gemv: TL \\* TS \\* VEC = 256 accumulators"):
         space.validate({"GEMV": 1, "TL": 4, "TS": 16, "VEC": 4}, dtype="float32", args={"layout": "nn",
                                                                                             "skinny": "m"})
@@ -105,7 +115,7 @@ def test_gemv_applies_to_skinny_problems_alone_and_within_its_limits():
         space.validate({"GEMV": 1, "VEC": 8}, dtype="float32", args={"layout": "nn", "skinny": "n"})
     sample, uncovered = space.covering_sample(dtype="float32", args={"layout": "tn", "skinny": "m"})
     assert {("GEMV", 1), ("BLOCK", 512), ("KT", 1), ("TS", 16), ("TL", 4)} <= {p for c in sample for p in c.items()}
-    assert not {p for p in uncovered if p[0] in ("GEMV", "BLOCK", "KT", "TL", "TS")}
+    assert not {p for p in uncovered if p[0] in ("GEMV", "BLOCK", "KT", "KW", "TL", "TS")}
 
 
 def test_the_default_configuration_of_a_skinny_problem_is_the_gemv_kernel():
@@ -135,10 +145,14 @@ def test_gemv_starts_are_fitted_to_the_problem():
     starts = [space.checked_or_none(s, dtype="float16", args=problem.args) for s in space.starts]
     gemv_starts = [s for s in starts if s and s.get("GEMV")]
     assert gemv_starts and starts[:len(gemv_starts)] == gemv_starts  # first among the starts
-    fitted, given = problem.impl.problem_starts(gemv_starts[0], problem, device, space)
+    fitted, _, given = problem.impl.problem_starts(gemv_starts[0], problem, device, space)
     assert fitted["TS"] == 1 and fitted["SPLIT_K"] > 1 and given == gemv_starts[0]
     wide = Problem("matmul", (8192, 1, 8192, 8192), "float16")  # a stack of 8192 products: K unsplit
     assert problem.impl.problem_starts(gemv_starts[0], wide, device, space)[0]["SPLIT_K"] == 1
+    # K shared by groups of warps first: 32 lanes in each of 8 groups fill the GPU in one launch, no workspace
+    by_split, by_groups, _ = problem.impl.problem_starts({**gemv_starts[0], "VEC": 8}, problem, device, space)
+    assert (by_split["KW"], by_split["SPLIT_K"], by_groups["KW"], by_groups["SPLIT_K"]) == (1, 16, 8, 2)
+    assert gemv.fill_groups(by_groups, (1, 1, 8192, 64), "cols", "m", 132 * 2048, 2) == 1  # K holds no trip
 
 
 @pytest.fixture
@@ -183,3 +197,10 @@ def test_gemv_geometry():
     assert gemv.long_per_block(p, "cols") == 256 // 8 * 2 * 4 and gemv.long_per_block(p, "rows") == 64
     grid, block, k_chunk = gemv.launch_shape(p, args, 3, 1000, 1001)
     assert (grid, block, k_chunk) == ((4, 4), 256, 256)  # 251 rounded up to the 8-row step: 4 slices
+    grouped = {**p, "KW": 4}  # 4 groups of 64 threads: a quarter of the columns per block, 32 rows a step
+    assert gemv.long_per_block(grouped, "cols") == 64 and gemv.k_step(grouped, "cols") == 32
+    assert gemv.launch_shape(grouped, args, 3, 1000, 1001) == ((16, 4), 256, 256)
+    assert gemv.shared_bytes(grouped, "cols", 4) == 3 * 8 * 16 * 4 and gemv.shared_bytes(p, "cols", 4) == 0
+    from autotune.families.matmul.config import dynamic_shared_bytes
+    wide = {**grouped, "KT": 1, "KW": 8, "TL": 1, "TS": 16, "VEC": 8}  # 57 KB were it the cols form: static all
+    assert gemv.shared_bytes(wide, "cols", 2) > 48 * 1024 and dynamic_shared_bytes(wide, "float16") == 0

@@ -99,7 +99,7 @@ def test_covering_sample_uses_every_value(matmul_space, family, dtype):
         ("SCHEDULE", s) for s in ("tile", "persistent", "stream_k")} | {("CLUSTER", 1), ("CLUSTER", 2)}
     assert uncovered == ({("VEC", 4), ("VEC", 8), ("SPLIT_ADD", "vector")} | wgmma if dtype == "float64"
                          else {("VEC", 8), ("MMA", 4), ("MMA", 8), ("MMA", 16), ("WGMMA", 0)} | wgmma)
-    skinny_only = {"GEMV", "BLOCK", "KT", "TL", "TS"}  # the gemv kernel's: M or N at most 16 (tests/test_gemv.py)
+    skinny_only = {"GEMV", "BLOCK", "KT", "KW", "TL", "TS"}  # the gemv kernel's: M or N at most 16 (tests/test_gemv.py)
     for name, param in matmul_space.params.items():
         used = {c[name] for c in sample if name in c}
         found = set() if name in skinny_only else set(param.values) - {v for n, v in uncovered if n == name}

@@ -16,11 +16,13 @@ read through the L1 cache by every thread that needs them. Two forms, as the lay
   KT runs of BLOCK / KT * VEC elements), multiplies them by the S vectors' element k and the KT sums meet by
   shuffles.
 
-Each thread keeps TL such pieces (rows, or VEC-wide column groups) at once, spread BLOCK / KT apart, and TS of the
-S vectors (a larger S is taken TS at a time). Where the long side alone makes too few blocks to keep every SM
-busy, K is split over SPLIT_K blocks (grid y): their sums meet in C by atomic adds (C zeroed first), or, where C
-is float16 or bfloat16 (rounded once from the float32 sum), in a float32 workspace that a second kernel rounds
-into C.
+KW groups of warps of a block (BLOCK / KW threads each) share a K range as well, interleaved KT pieces (rows) or
+KT rows (cols) at a time, and their lanes' totals meet in shared memory: more threads per column group inside one
+launch. Each thread keeps TL such pieces (rows, or VEC-wide column groups) at once, spread BLOCK / (KT x KW)
+apart, and TS of the S vectors (a larger S is taken TS at a time). Where the long side still makes too few blocks
+to keep every SM busy, K is split over SPLIT_K blocks (grid y): their sums meet in C by atomic adds (C zeroed
+first), or, where C is float16 or bfloat16 (rounded once from the float32 sum), in a float32 workspace that a
+second kernel rounds into C, a memset and a second launch that KW spares a short long side.
 """
 from __future__ import annotations
 
@@ -28,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ...core.constraints import SM_REGISTERS
+from ...core.constraints import MAX_STATIC_SHARED_BYTES, SM_REGISTERS
 
 SKINNY = 16  # M or N up to this: a skinny problem, where the gemv kernel applies
 FILL_THREADS = 132 * 2048  # resident threads of an H100 (132 SMs x 2048): the default's target when no GPU is known
@@ -69,8 +71,13 @@ def long_per_thread(p: Mapping[str, Any], shape_form: str) -> int:
     return p["TL"] * (p["VEC"] if shape_form == "cols" else 1)
 
 
+def k_lanes(p: Mapping[str, Any]) -> int:
+    """Threads of a block that share one K range: KT lanes of a warp in each of KW groups."""
+    return p["KT"] * p.get("KW", 1)
+
+
 def long_per_block(p: Mapping[str, Any], shape_form: str) -> int:
-    return p["BLOCK"] // p["KT"] * long_per_thread(p, shape_form)
+    return p["BLOCK"] // k_lanes(p) * long_per_thread(p, shape_form)
 
 
 def accumulators(p: Mapping[str, Any], shape_form: str) -> int:
@@ -87,8 +94,15 @@ def registers(p: Mapping[str, Any], shape_form: str, dtype: str) -> int:
 
 
 def k_step(p: Mapping[str, Any], shape_form: str) -> int:
-    """K elements between one thread's consecutive loads: KT pieces of VEC (rows) or KT rows (cols)."""
-    return p["KT"] * (p["VEC"] if shape_form == "rows" else 1)
+    """K elements between one thread's consecutive loads: KT x KW pieces of VEC (rows) or rows (cols)."""
+    return k_lanes(p) * (p["VEC"] if shape_form == "rows" else 1)
+
+
+def shared_bytes(p: Mapping[str, Any], shape_form: str, itemsize: int) -> int:
+    """The block's shared memory: where KW > 1, a slot per sum of each long-side lane of groups 1 to KW - 1 (the
+    sums float64 for float64 operands, else float32)."""
+    groups = p.get("KW", 1) - 1
+    return groups * (p["BLOCK"] // k_lanes(p)) * accumulators(p, shape_form) * (8 if itemsize == 8 else 4)
 
 
 def launch_shape(p: Mapping[str, Any], args: Mapping[str, Any], M: int, N: int, K: int) -> tuple[tuple, int, int]:
@@ -125,6 +139,27 @@ def fill_split(p: Mapping[str, Any], dims: Sequence[int], shape_form: str, side:
     return found
 
 
+def fill_groups(p: Mapping[str, Any], dims: Sequence[int], shape_form: str, side: str, threads: int,
+                itemsize: int) -> int:
+    """The smallest KW (groups of whole warps, their sums within the static shared memory) that gives ``threads``
+    threads in one launch, each thread keeping a whole unrolled trip; the largest that fits where none gives as
+    many; 1 where the long side fills the GPU alone."""
+    batch, M, N, K = dims
+    long = M if side == "n" else N
+    found = 1
+    for kw in (2, 4, 8, 16):
+        group = {**p, "KW": found}
+        blocks = -(-long // long_per_block(group, shape_form)) * batch
+        if blocks * p["BLOCK"] >= threads:
+            break
+        wider = {**p, "KW": kw}
+        if ((p["BLOCK"] // kw) % 32 or K < 2 * k_step(wider, shape_form) * p["UNROLL_K"]
+                or shared_bytes(wider, shape_form, itemsize) > MAX_STATIC_SHARED_BYTES):
+            break
+        found = kw
+    return found
+
+
 def short_pass(dims: Sequence[int], side: str) -> int:
     """TS that takes C's short side in one pass: the power of two at or above it, at most 16."""
     _, M, N, _ = dims
@@ -133,14 +168,17 @@ def short_pass(dims: Sequence[int], side: str) -> int:
 
 
 def fitted(p: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[str, Any], threads: int,
-           splits: Sequence[int]) -> dict[str, Any]:
+           splits: Sequence[int], groups: bool = False) -> dict[str, Any]:
     """``p`` fitted to a problem: TS taking its short side in one pass (halved while the sums or the registers
-    exceed their limits), and K split to give ``threads`` threads."""
+    exceed their limits), and K split to give ``threads`` threads; with ``groups``, K shared by KW groups of
+    warps first (``fill_groups``), split over blocks only for what they leave short."""
     shape_form = form(args)
     found = {**p, "TS": short_pass(dims, args["skinny"])}
     while found["TS"] > 1 and (accumulators(found, shape_form) > MAX_ACCUMULATORS or
                                registers(found, shape_form, dtype) > min(255, SM_REGISTERS // found["BLOCK"])):
         found["TS"] //= 2
+    if groups:
+        found["KW"] = fill_groups(found, dims, shape_form, args["skinny"], threads, np.dtype(dtype).itemsize)
     found["SPLIT_K"] = fill_split(found, dims, shape_form, args["skinny"], threads, splits)
     return found
 
@@ -162,10 +200,11 @@ def defaults(dims: Sequence[int], dtype: str, args: Mapping[str, Any], splits: S
 
 def starts(start: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[str, Any], sm_count: int,
            splits: Sequence[int]) -> list[dict[str, Any]]:
-    """A gemv start in the forms that fit this problem: fitted to it (2048 threads per SM to fill), then as
-    given."""
-    found = fitted(start, dims, dtype, args, sm_count * 2048, splits)
-    return [found] + ([dict(start)] if found != dict(start) else [])
+    """A gemv start in the forms that fit this problem: fitted to it (2048 threads per SM to fill) by K split,
+    then by KW groups first (one launch where the split would need a zeroed C or a workspace), then as given."""
+    found = [fitted(start, dims, dtype, args, sm_count * 2048, splits, groups) for groups in (False, True)]
+    found.append(dict(start))
+    return [p for i, p in enumerate(found) if p not in found[:i]]
 
 
 def fits(p: Mapping[str, Any], ctx) -> str | None:
@@ -187,6 +226,12 @@ def fits(p: Mapping[str, Any], ctx) -> str | None:
     if needed > available:
         return (f"gemv: {p['BLOCK']} threads leave {available} registers per thread, where {count} sums and one "
                 f"trip's loads need about {needed}")
+    kw = p.get("KW", 1)
+    if kw > 1 and (p["BLOCK"] // kw) % 32:
+        return f"gemv: KW={kw} groups of {p['BLOCK']} threads are not whole warps (a group's lanes meet by shuffles)"
+    shared = shared_bytes(p, shape_form, np.dtype(ctx.dtype).itemsize)
+    if shared > MAX_STATIC_SHARED_BYTES:
+        return f"gemv: KW={kw} groups' sums take {shared} bytes of shared memory, over {MAX_STATIC_SHARED_BYTES}"
     return None
 
 

@@ -247,7 +247,7 @@ def _batch_copies_fit(p, ctx):
 
 PREDICATES = {
     "batch_copies_fit": Predicate(_batch_copies_fit, frozenset({"WGMMA"})),
-    "gemv_fits": Predicate(gemv.fits, frozenset({"BLOCK", "KT", "TL", "TS", "VEC", "UNROLL_K"})),
+    "gemv_fits": Predicate(gemv.fits, frozenset({"BLOCK", "KT", "KW", "TL", "TS", "VEC", "UNROLL_K"})),
     "tile_loads_even": Predicate(_tile_loads_even, frozenset({"BM", "BN", "BK", "TM", "TN", "VEC"})),
     "warp_grid_fits": Predicate(_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
