@@ -1,11 +1,25 @@
 """Variants of one problem checked and timed beside its peers in one process, for the lab's A/B scripts
-(stack_schedules_gpu.py, pair_check_gpu.py): each variant through the family's oracle first, then as `autotune
-bench` times (CUDA events, L2 flushed, median); a table of each row's times against PyTorch's."""
+(stack_schedules_gpu.py, pair_check_gpu.py, gemv_groups_gpu.py): each variant through the family's oracle first,
+then as `autotune bench` times (CUDA events, L2 flushed, median); a table of each row's times against PyTorch's."""
 from __future__ import annotations
 
 from typing import Any
 
 import numpy as np
+
+
+def oracle_errors(kernel, problem, rng) -> list[str | None]:
+    """The family's verdict on each of its verification cases of ``problem`` (None: right), each run into an
+    output poisoned with NaN first, so that an element the kernel never writes cannot pass."""
+    from autotune.core.oracle import poison
+    from autotune.runtime import arrays
+
+    impl, found = problem.impl, []
+    for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
+        out = arrays.host_to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
+        kernel(*case.inputs, out=out)
+        found.append(impl.verify(problem, case, arrays.device_to_host(out), rng))
+    return found
 
 
 def timed_row(problem, variants: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
