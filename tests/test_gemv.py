@@ -100,6 +100,8 @@ def test_gemv_applies_to_skinny_problems_alone_and_within_its_limits():
     with pytest.raises(ValueError, match="gemv: KW=8 groups' sums take 57344 bytes of shared memory, over 49152"):
         space.validate({"GEMV": 1, "KT": 1, "KW": 8, "TS": 16, "VEC": 4, "UNROLL_K": 1}, dtype="float32",
                        args={"layout": "tn", "skinny": "n"})  # cols: 32 lanes x 64 sums x 7 groups x 4 bytes
+    rows = {"GEMV": 1, "KT": 1, "KW": 2, "TL": 4, "TS": 16, "VEC": 8, "UNROLL_K": 1}  # its sums: 32 KB (rows)
+    assert space.validate(rows, dtype="float16", args={"layout": "nn", "skinny": "n"})["KW"] == 2
     with pytest.raises(ValueError, match="gemv: TL \\* TS \\* VEC = 256 accumulators"):
         space.validate({"GEMV": 1, "TL": 4, "TS": 16, "VEC": 4}, dtype="float32", args={"layout": "nn",
                                                                                             "skinny": "m"})

@@ -90,7 +90,7 @@ def matmul_shared_bytes(p: Mapping[str, Any], itemsize: int, out_itemsize: int |
     """Shared memory of a block; ``out_itemsize``: bytes of an element of C (the operands' by default), which a
     persistent variant's tile of C beside the stages takes."""
     if gemv.is_gemv(p):
-        return gemv.shared_bytes(p, "cols", itemsize)  # the form is the layout's: the larger of the two
+        return 0  # its groups' sums, static and bounded by gemv.fits, which knows the layout's form
     if not is_tiled(p):
         return 2 * 16 * 16 * itemsize
     if is_wgmma(p):
@@ -184,9 +184,8 @@ def shared_stages(p: Mapping[str, Any]) -> int:
 
 def dynamic_shared_bytes(params: Mapping[str, Any], dtype: str, out_dtype: str | None = None) -> int:
     """Bytes of dynamic shared memory a launch of this variant needs: its tiles, where they exceed what a
-    kernel may declare statically; 0 otherwise (the gemv kernel's, static, within the limit by gemv.fits).
-    ``out_dtype``: C's (the operands' by default)."""
-    if not is_tiled(params) or gemv.is_gemv(params):
+    kernel may declare statically; 0 otherwise. ``out_dtype``: C's (the operands' by default)."""
+    if not is_tiled(params):
         return 0
     n = matmul_shared_bytes(params, np.dtype(dtype).itemsize, np.dtype(out_dtype or dtype).itemsize)
     return n if n > MAX_STATIC_SHARED_BYTES or is_wgmma(params) else 0
