@@ -2,8 +2,7 @@
 
 Numba has no 128-bit array access and does not merge adjacent scalar loads, so these intrinsics bitcast the
 element pointer to an LLVM vector and load or store it with the vector's natural alignment: the PTX shows
-``ld.global.v4.f32`` / ``ld.shared.v4.f32`` (eight 16-bit elements go as four 32-bit words, ``.v4.u32``, which
-NVVM would otherwise split in two 8-byte accesses). The caller guarantees the alignment (flat index a multiple of the
+``ld.global.v4.f32`` / ``ld.shared.v4.f32``. The caller guarantees the alignment (flat index a multiple of the
 width and a suitably aligned base pointer); the generated kernels check this before taking the vector path.
 
 Numba's ``cuda.atomic.add`` returns the old value, so ptxas keeps a waiting ``ATOMG`` per element even when the
