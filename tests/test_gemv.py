@@ -151,7 +151,7 @@ def test_gemv_starts_are_fitted_to_the_problem():
     assert fitted["TS"] == 1 and fitted["SPLIT_K"] > 1 and given == gemv_starts[0]
     wide = Problem("matmul", (8192, 1, 8192, 8192), "float16")  # a stack of 8192 products: K unsplit
     assert problem.impl.problem_starts(gemv_starts[0], wide, device, space)[0]["SPLIT_K"] == 1
-    # K shared by groups of warps first: 32 lanes in each of 8 groups fill the GPU in one launch, no workspace
+    # K shared by groups of warps first (8 of a warp each at 256 threads), then split for the rest: 2 slices, not 16
     by_split, by_groups, _ = problem.impl.problem_starts({**gemv_starts[0], "VEC": 8}, problem, device, space)
     assert (by_split["KW"], by_split["SPLIT_K"], by_groups["KW"], by_groups["SPLIT_K"]) == (1, 16, 8, 2)
     assert gemv.fill_groups(by_groups, (1, 1, 8192, 64), "cols", "m", 132 * 2048, 2) == 1  # K holds no trip
