@@ -57,11 +57,9 @@ def variants(problem) -> dict[str, dict | None]:
     from autotune.core.device import current_device
     from autotune.core.dtypes import numpy_dtype
     from autotune.core.space import load_space
-    from autotune.runtime.db import database_folders, db_path, load_file
+    from variant_times import database_entries
 
-    device, space = current_device(), load_space("matmul")
-    entries = {e.problem.key: e for p in (db_path(f, device.name) for f in database_folders(None)) if p.exists()
-               for e in load_file(p).entries}
+    device, space, entries = current_device(), load_space("matmul"), database_entries()
     found: dict[str, dict | None] = {}
     if problem.key in entries:
         found["entry"] = dict(entries[problem.key].params)

@@ -47,9 +47,8 @@ def problem_of(shape, dtype: str, layout: str):
 
 def checks(dtypes: list[str]) -> int:
     """Every pair of PAIRS on every shape of CHECKED, printing each case before it runs; 1 where one is wrong."""
-    from autotune.core.oracle import poison
-    from autotune.runtime import arrays
     from autotune.runtime.build import build_kernel
+    from variant_times import oracle_errors
 
     rng, wrong, count = np.random.default_rng(55), 0, 0
     for dtype in dtypes:
@@ -63,12 +62,7 @@ def checks(dtypes: list[str]) -> int:
                         kernels[batched] = build_kernel("matmul", params, dtype, **problem.args)
                     print(f"case {dtype} {layout} {params['BM']}x{params['BN']}/{params['ASYNC_STAGES']} {shape}",
                           flush=True)
-                    impl = problem.impl
-                    for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-                        out = arrays.host_to_device(np.full(problem.out_shape, poison(problem.out_dtype),
-                                                            problem.out_dtype))
-                        kernels[batched](*case.inputs, out=out)
-                        error = impl.verify(problem, case, arrays.device_to_host(out), rng)
+                    for error in oracle_errors(kernels[batched], problem, rng):
                         count += 1
                         if error:
                             wrong += 1
@@ -78,14 +72,10 @@ def checks(dtypes: list[str]) -> int:
 
 
 def timings(dtype: str) -> list[dict]:
-    from autotune.core.device import current_device
     from autotune.core.space import load_space
-    from autotune.runtime.db import database_folders, db_path, load_file
-    from variant_times import timed_row
+    from variant_times import database_entries, timed_row
 
-    name, space = current_device().name, load_space("matmul")
-    entries = {e.problem.key: e for p in (db_path(f, name) for f in database_folders(None)) if p.exists()
-               for e in load_file(p).entries}
+    space, entries = load_space("matmul"), database_entries()
     rows = []
     for shape in TIMED:
         problem = problem_of(shape, dtype, "nn")

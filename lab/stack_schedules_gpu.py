@@ -20,7 +20,7 @@ import os
 import sys
 
 import numpy as np
-from variant_times import print_table
+from variant_times import database_entries, oracle_errors, print_table, timed_row
 
 TMA = {"BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1}
 PERSISTENT = [{**TMA, "BM": 64, "BN": 128, "ASYNC_STAGES": 4, "SCHEDULE": "persistent", "GROUP_M": 8},
@@ -37,7 +37,6 @@ def stored(x: np.ndarray, transposed: bool) -> np.ndarray:
 
 
 def checks(dtype: str, rng) -> list[dict]:
-    from autotune.core.oracle import poison
     from autotune.core.problem import Problem
     from autotune.runtime import arrays
     from autotune.runtime.build import build_kernel
@@ -48,13 +47,8 @@ def checks(dtype: str, rng) -> list[dict]:
             kernel = build_kernel("matmul", params, dtype, layout=layout, batch="strided")
             for shape in CHECKED:
                 problem = Problem("matmul", shape, dtype, {"layout": layout, "batch": "strided"})
-                impl = problem.impl
-                for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-                    poisoned = np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype)
-                    out = arrays.host_to_device(poisoned)
-                    kernel(*case.inputs, out=out)
-                    error = impl.verify(problem, case, out.copy_to_host(), rng)
-                    rows.append({"params": params, "layout": layout, "shape": shape, "error": error})
+                rows += [{"params": params, "layout": layout, "shape": shape, "error": error}
+                         for error in oracle_errors(kernel, problem, rng)]
             A = rng.integers(-3, 4, (2, 1, 70, 96)).astype(dtype)  # two batch levels: (2, 1) against (3,)
             B = rng.integers(-3, 4, (3, 96, 40)).astype(dtype)
             C = kernel(*(arrays.host_to_device(stored(x, t == "t")) for x, t in zip((A, B), layout)))
@@ -66,14 +60,9 @@ def checks(dtype: str, rng) -> list[dict]:
 
 
 def timings(dtype: str) -> list[dict]:
-    from autotune.core.device import current_device
     from autotune.core.problem import Problem
-    from autotune.runtime.db import database_folders, db_path, load_file
-    from variant_times import timed_row
 
-    name = current_device().name
-    entries = {e.problem.key: e for p in (db_path(f, name) for f in database_folders(None)) if p.exists()
-               for e in load_file(p).entries}
+    entries = database_entries()
     rows = []
     for shape in TIMED:
         problem = Problem("matmul", shape, dtype, {"layout": "nn", "batch": "strided"})

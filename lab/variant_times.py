@@ -22,6 +22,16 @@ def oracle_errors(kernel, problem, rng) -> list[str | None]:
     return found
 
 
+def database_entries() -> dict:
+    """The database's entries for the GPU here, by problem key (the folders lookups read, in their order)."""
+    from autotune.core.device import current_device
+    from autotune.runtime.db import database_folders, db_path, load_file
+
+    name = current_device().name
+    return {e.problem.key: e for p in (db_path(f, name) for f in database_folders(None)) if p.exists()
+            for e in load_file(p).entries}
+
+
 def timed_row(problem, variants: dict[str, dict[str, Any] | None]) -> dict[str, Any]:
     """{"problem": its key, label: {"ms": ...} or {"error": why}, peer: {"ms": ...}} for each variant (None: not
     valid for the problem) and each of the family's peers, on one instance of the problem."""
