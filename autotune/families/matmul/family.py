@@ -395,11 +395,12 @@ class MatmulFamily(KernelFamily):
         8192x128 are 64 blocks for 132 SMs); the forms are the smallest splits (1, unsplit, among them) that reach
         90% of one and of two waves of blocks, as long as each split keeps at least two K tiles, then the start
         as given. A split form (given or found) is tried with each way of combining its slices (SPLIT_ADD; the
-        tuner drops the vector one where the dtype has none, and any form invalid for the problem). Where the tiles overhang M or N, every form is
-        tried with ``EDGE: clamp`` first: a square winner runs a slightly smaller square markedly faster clamped,
-        and the committed winners of 1000^3 and 127x3000x511 are clamped. A TMA start is also tried with a block per
-        SM (SCHEDULE persistent and stream_k), and in pairs of blocks sharing A (CLUSTER 2), unsplit. A gemv start is split over K to fill the GPU likewise
-        (gemv.starts); a batched problem's blocks count every matrix's."""
+        tuner drops the vector one where the dtype has none, and any form invalid for the problem). Where the
+        tiles overhang M or N, every form is tried with ``EDGE: clamp`` first: a square winner runs a slightly
+        smaller square markedly faster clamped, and the committed winners of 1000^3 and 127x3000x511 are clamped.
+        A TMA start is also tried with a block per SM (SCHEDULE persistent and stream_k), and in pairs of blocks
+        sharing A (CLUSTER 2), unsplit. A gemv start is fitted to fill the GPU likewise, by K split and by groups
+        of warps sharing K (gemv.starts); a batched problem's blocks count every matrix's."""
         if gemv.is_gemv(start):
             return gemv.starts(start, dims(problem.shape), problem.dtype, problem.args, device.sm_count,
                                space.params["SPLIT_K"].values)
