@@ -86,22 +86,19 @@ EXTRA = [("matmul", "float32", {"layout": "nn"},
 
 
 # The gemv kernel of skinny problems (M or N at most 16): every value of BLOCK, KT, KW, TL and TS in six variants, both
-# forms on both sides, every dtype (float16 split through the float32 workspace), K slices met by the last block
-# (float32 and bfloat16), and a tiled variant of a skinny problem (GEMV 0); far fewer than a covering sample of the
-# skinny family, which would draw the tiled kernel's values again.
-def _gemv(block, kt, tl, ts, vec, unroll, split, bits=32, kw=1, add="atomic"):
-    found = {"strategy": "tiled", "GEMV": 1, "BLOCK": block, "KT": kt, "KW": kw, "TL": tl, "TS": ts, "VEC": vec,
-             "UNROLL_K": unroll, "SPLIT_K": split, "INDEX_BITS": bits}
-    return {**found, "SPLIT_ADD": add} if split > 1 else found
+# forms on both sides, every dtype (float16 and bfloat16 split through the float32 workspace), and a tiled variant
+# of a skinny problem (GEMV 0); far fewer than a covering sample of the skinny family, which would draw the tiled
+# kernel's values again.
+def _gemv(block, kt, tl, ts, vec, unroll, split, bits=32, kw=1):
+    return {"strategy": "tiled", "GEMV": 1, "BLOCK": block, "KT": kt, "KW": kw, "TL": tl, "TS": ts, "VEC": vec,
+            "UNROLL_K": unroll, "SPLIT_K": split, "INDEX_BITS": bits}
 
 
 GEMV_EXTRA = [("matmul", "float32", {"layout": "nn", "skinny": "n"}, _gemv(64, 1, 1, 16, 4, 2, 1)),
-              ("matmul", "float32", {"layout": "tn", "skinny": "m"}, _gemv(128, 2, 2, 2, 2, 1, 2, kw=4,
-                                                                           add="last_block")),
+              ("matmul", "float32", {"layout": "tn", "skinny": "m"}, _gemv(128, 2, 2, 2, 2, 1, 2, kw=4)),
               ("matmul", "float16", {"layout": "nt", "skinny": "m"}, _gemv(256, 4, 4, 4, 8, 1, 4, kw=8)),
               ("matmul", "float64", {"layout": "tt", "skinny": "n"}, _gemv(512, 8, 1, 8, 2, 2, 1, kw=16)),
-              ("matmul", "bfloat16", {"layout": "nn", "skinny": "n"}, _gemv(64, 16, 2, 8, 8, 1, 2, kw=2,
-                                                                            add="last_block")),
+              ("matmul", "bfloat16", {"layout": "nn", "skinny": "n"}, _gemv(64, 16, 2, 8, 8, 1, 2, kw=2)),
               ("matmul", "float32", {"layout": "nn", "skinny": "m"}, _gemv(128, 32, 1, 1, 4, 8, 16, 64)),
               ("matmul", "float32", {"layout": "nn", "skinny": "n"},
                {"strategy": "tiled", "GEMV": 0, "BM": 16, "BN": 16, "BK": 8, "TM": 2, "TN": 2, "VEC": 1,

@@ -97,9 +97,7 @@ VARIANTS = {"tiled": ("matmul", "float32", TILED, {}),
             "gemv_cols_f64": ("matmul", "float64", {**GEMV, "KT": 8, "VEC": 2, "TL": 2, "SPLIT_K": 2},
                               {"skinny": "n", "layout": "tn"}),
             "gemv_cols_f16_groups": ("matmul", "float16", {**GEMV, "KT": 8, "KW": 8, "VEC": 8, "UNROLL_K": 4},
-                                     {"skinny": "m"}),
-            "gemv_cols_f16_gather": ("matmul", "float16", {**GEMV, "KT": 2, "VEC": 8, "UNROLL_K": 4, "TS": 1,
-                                                           "SPLIT_K": 4, "SPLIT_ADD": "last_block"}, {"skinny": "m"})}
+                                     {"skinny": "m"})}
 
 
 def statement_form() -> str:

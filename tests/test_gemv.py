@@ -1,7 +1,6 @@
 """The gemv kernel of skinny products (M or N at most 16; GEMV 1, templates/matmul_gemv.py.j2) in the CUDA
 simulator: both sides and both forms (the matrix's rows along K or along C's long side), every dtype, K split
-(atomically into C, through the float32 workspace that a second kernel rounds into a 16-bit C, or each slice's
-sums added into C by the last block), short sides
+(atomically into C, or through the float32 workspace that a second kernel rounds into a 16-bit C), short sides
 taken TS at a time, unaligned rows, stacks; through the family's oracle on odd shapes with NaN-poisoned outputs.
 Then what picks it: the shape's skinny argument, the space's rules, the default configuration and the starts;
 and autotune.matmul of vectors on either side."""
@@ -39,11 +38,6 @@ CASES = [
     ({**GEMV, "KW": 2, "KT": 8, "VEC": 8, "SPLIT_K": 2}, "float16", "tn", (9, 61, 77)),  # cols, groups + workspace
     ({**GEMV, "KW": 2, "KT": 1, "TS": 4}, "float32", "nn", (3, 70, 19)),            # cols, groups, no shuffles
     ({**GEMV, "BLOCK": 128, "KW": 4, "KT": 2, "VEC": 8, "TS": 1, "TL": 1}, "bfloat16", "nt", (30, 4, 133)),
-    # K slices met by the last block of each column group (SPLIT_ADD last_block): C stored once, in one launch
-    ({**GEMV, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}, "float32", "tn", (37, 5, 83)),  # cols, three passes
-    ({**GEMV, "KT": 2, "VEC": 8, "SPLIT_K": 8, "SPLIT_ADD": "last_block"}, "float16", "nn", (9, 61, 77)),  # cols, m
-    ({**GEMV, "KW": 2, "KT": 8, "VEC": 8, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}, "bfloat16", "nn", (45, 3, 200)),
-    ({**GEMV, "VEC": 2, "SPLIT_K": 16, "SPLIT_ADD": "last_block"}, "float64", "nt", (29, 2, 5)),  # 2 slices, not 16
 ]
 
 
@@ -75,9 +69,6 @@ def test_batched_gemv_with_a_broadcast_vector(rng):
     assert problem.args == {**problem.args, "batch": "strided", "skinny": "m"}
     kernel = build_kernel("matmul", {**GEMV, "SPLIT_K": 2}, "float32", layout="nt", batch="strided", skinny="m")
     assert check_with_oracle(kernel, problem, rng) == [None, None]
-    gathered = build_kernel("matmul", {**GEMV, "SPLIT_K": 4, "SPLIT_ADD": "last_block"}, "float32", layout="nt",
-                            batch="strided", skinny="m")  # each matrix's own slices' sums and counters
-    assert check_with_oracle(gathered, problem, rng) == [None, None]
     A, B = small_integers(rng, (1, 41), np.float32), small_integers(rng, (3, 41, 37), np.float32)
     np.testing.assert_array_equal(kernel(A, np.ascontiguousarray(B.swapaxes(1, 2)).swapaxes(1, 2)),
                                   A.astype(np.float64) @ B)
@@ -156,16 +147,13 @@ def test_gemv_starts_are_fitted_to_the_problem():
     starts = [space.checked_or_none(s, dtype="float16", args=problem.args) for s in space.starts]
     gemv_starts = [s for s in starts if s and s.get("GEMV")]
     assert gemv_starts and starts[:len(gemv_starts)] == gemv_starts  # first among the starts
-    fitted, *_, given = problem.impl.problem_starts(gemv_starts[0], problem, device, space)
+    fitted, _, given = problem.impl.problem_starts(gemv_starts[0], problem, device, space)
     assert fitted["TS"] == 1 and fitted["SPLIT_K"] > 1 and given == gemv_starts[0]
     wide = Problem("matmul", (8192, 1, 8192, 8192), "float16")  # a stack of 8192 products: K unsplit
     assert problem.impl.problem_starts(gemv_starts[0], wide, device, space)[0]["SPLIT_K"] == 1
     # K shared by groups of warps first (8 of a warp each at 256 threads), then split for the rest: 2 slices, not 16
-    by_split, by_groups, *gathered, _ = problem.impl.problem_starts({**gemv_starts[0], "VEC": 8}, problem, device,
-                                                                    space)
+    by_split, by_groups, _ = problem.impl.problem_starts({**gemv_starts[0], "VEC": 8}, problem, device, space)
     assert (by_split["KW"], by_split["SPLIT_K"], by_groups["KW"], by_groups["SPLIT_K"]) == (1, 16, 8, 2)
-    # each split form also with its slices met by the last block, in one launch
-    assert gathered == [{**by_split, "SPLIT_ADD": "last_block"}, {**by_groups, "SPLIT_ADD": "last_block"}]
     assert gemv.fill_groups(by_groups, (1, 1, 8192, 64), "cols", "m", 132 * 2048, 2) == 1  # K holds no trip
 
 

@@ -242,12 +242,10 @@ def _kernel_args(params: Mapping[str, Any], args: Mapping[str, Any] | None, dtyp
 
 
 def gemv_args(params: Mapping[str, Any], args: Mapping[str, Any], dtype: str | None) -> tuple[str, ...]:
-    """The gemv kernel's arguments: the float32 workspace W in C's place where K slices add there, or beside C with
-    the column groups' counters where the last block adds them into C; the vectors' alignment flag only where they
-    are read VEC at a time (rows form, K-major vectors)."""
+    """The gemv kernel's arguments: the float32 workspace W in C's place where K slices meet there; the vectors'
+    alignment flag only where they are read VEC at a time (rows form, K-major vectors)."""
     out = args.get("out_dtype") or dtype
-    written = ["C", "W", "counters"] if gemv.gathers(params) else ["W" if gemv.workspace(params, out) else "C"]
-    names = ["A", "B", *written, "M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]
+    names = ["A", "B", "W" if gemv.workspace(params, out) else "C", "M", "N", "K", "lda", "ldb", "ldc", "k_chunk"]
     if params["VEC"] > 1:
         matrix, vectors = ("vec_a", "vec_b") if args["skinny"] == "n" else ("vec_b", "vec_a")
         rows_kmajor = gemv.form(args) == "rows" and gemv.vectors_k_major(args)

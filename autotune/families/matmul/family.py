@@ -70,7 +70,7 @@ HERE = Path(__file__).resolve().parent
 
 #: Parameters added after entries were tuned, at the value that renders the kernel as before: a header leaves them
 #: out there, so that the renders (and the source hashes entries record) keep their bytes. SPLIT_K is one of them
-#: in the wgmma kernels, which could not split at first, and SPLIT_ADD atomic in the gemv kernel.
+#: in the wgmma kernels, which could not split at first.
 LATER_DEFAULTS = {"SCHEDULE": "tile", "CLUSTER": 1, "KW": 1}
 
 
@@ -79,8 +79,6 @@ def header_params(params: Mapping[str, Any]) -> dict[str, Any]:
     hidden = {k for k, v in LATER_DEFAULTS.items() if params.get(k, v) == v}
     if is_wgmma(params) and params.get("SPLIT_K", 1) == 1:
         hidden.add("SPLIT_K")
-    if gemv.is_gemv(params) and params.get("SPLIT_ADD") == "atomic":  # the gemv kernel's only way at first
-        hidden.add("SPLIT_ADD")
     return {k: v for k, v in params.items() if k not in hidden}
 
 

@@ -20,12 +20,9 @@ KW groups of warps of a block (BLOCK / KW threads each) share a K range as well,
 KT rows (cols) at a time, and their lanes' totals meet in shared memory: more threads per column group inside one
 launch. Each thread keeps TL such pieces (rows, or VEC-wide column groups) at once, spread BLOCK / (KT x KW)
 apart, and TS of the S vectors (a larger S is taken TS at a time). Where the long side still makes too few blocks
-to keep every SM busy, K is split over SPLIT_K blocks (grid y). With SPLIT_ADD atomic their sums meet in C by
-atomic adds (C zeroed first), or, where C is float16 or bfloat16 (rounded once from the float32 sum), in a float32
-workspace that a second kernel rounds into C: a memset and a second launch, which KW spares a short long side.
-With SPLIT_ADD last_block each slice stores its sums to its own part of a workspace and the last block of a
-column group to finish adds the parts into C, in slice order: one launch, nothing zeroed, the same bits on every
-call.
+to keep every SM busy, K is split over SPLIT_K blocks (grid y): their sums meet in C by atomic adds (C zeroed
+first), or, where C is float16 or bfloat16 (rounded once from the float32 sum), in a float32 workspace that a
+second kernel rounds into C, a memset and a second launch that KW spares a short long side.
 """
 from __future__ import annotations
 
@@ -119,16 +116,10 @@ def launch_shape(p: Mapping[str, Any], args: Mapping[str, Any], M: int, N: int, 
     return (-(-long // long_per_block(p, shape_form)), -(-K // k_chunk)), p["BLOCK"], k_chunk
 
 
-def gathers(p: Mapping[str, Any]) -> bool:
-    """Whether K slices store their sums to their parts of a workspace and the last block adds them into C
-    (SPLIT_ADD last_block)."""
-    return p.get("SPLIT_K", 1) > 1 and p.get("SPLIT_ADD", "atomic") == "last_block"
-
-
 def workspace(p: Mapping[str, Any], out_dtype: str) -> bool:
-    """Whether K slices add into a float32 workspace (rounded into C by the finish kernel): split K, atomically,
-    where C has no atomic add of its own precision (float16, bfloat16)."""
-    return p.get("SPLIT_K", 1) > 1 and not gathers(p) and out_dtype in ("float16", "bfloat16")
+    """Whether K slices meet in a float32 workspace (rounded into C by the finish kernel): split K where C has no
+    atomic add of its own precision (float16, bfloat16)."""
+    return p.get("SPLIT_K", 1) > 1 and out_dtype in ("float16", "bfloat16")
 
 
 def fill_split(p: Mapping[str, Any], dims: Sequence[int], shape_form: str, side: str, threads: int,
@@ -210,10 +201,8 @@ def defaults(dims: Sequence[int], dtype: str, args: Mapping[str, Any], splits: S
 def starts(start: Mapping[str, Any], dims: Sequence[int], dtype: str, args: Mapping[str, Any], sm_count: int,
            splits: Sequence[int]) -> list[dict[str, Any]]:
     """A gemv start in the forms that fit this problem: fitted to it (2048 threads per SM to fill) by K split,
-    then by KW groups first (one launch where the split would need a zeroed C or a workspace), each split form
-    also with its slices' other way of meeting (SPLIT_ADD), then as given."""
+    then by KW groups first (one launch where the split would need a zeroed C or a workspace), then as given."""
     found = [fitted(start, dims, dtype, args, sm_count * 2048, splits, groups) for groups in (False, True)]
-    found += [{**p, "SPLIT_ADD": "atomic" if gathers(p) else "last_block"} for p in found if p["SPLIT_K"] > 1]
     found.append(dict(start))
     return [p for i, p in enumerate(found) if p not in found[:i]]
 
@@ -248,4 +237,4 @@ def fits(p: Mapping[str, Any], ctx) -> str | None:
 
 def template_context(p: Mapping[str, Any], args: Mapping[str, Any]) -> dict[str, Any]:
     """What templates/matmul_gemv.py.j2 sees besides the parameters."""
-    return {"FORM": form(args), "SIDE": args["skinny"], "V_KMAJOR": vectors_k_major(args), "GATHER": gathers(p)}
+    return {"FORM": form(args), "SIDE": args["skinny"], "V_KMAJOR": vectors_k_major(args)}

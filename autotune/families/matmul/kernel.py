@@ -6,8 +6,7 @@ stream_k``, two partial tiles per block and a counter per tile); like the reduct
 belong to the kernel object and are kept per stream (see autotune/runtime/streams.py), so calls on different streams
 never share them. So are the TF32-rounded copies of A and B that a variant reading rounded copies multiplies
 ((M + N) x K floats; see autotune/families/matmul/tf32_copies.py): each call first writes them, then the wgmma kernel
-reads them; and the workspace of a gemv variant whose K slices meet there (M x N per matrix where they add into
-it, SPLIT_K x M x N and a counter per column group where the last block adds them into C).
+reads them; and the float32 workspace of a gemv variant whose K slices meet there (M x N per matrix).
 
 A batched kernel (family argument batch "strided", a problem B x M x N x K) takes stacks: A of shape (..., M, K),
 B of shape (..., K, N), their leading (batch) dimensions broadcasting as NumPy's, so that an operand of shape
@@ -176,18 +175,13 @@ class MatmulKernel(Planned, Kernel):
         """The workspace of partial tiles and the per-tile counters of SPLIT_ADD last_block (every matrix's, for a
         batched launch) or of Stream-K (two partial tiles per block of the grid, a counter per tile of C's
         ``tiles``), kept per shape (the counters are zeroed once here; the kernel resets them); the float32
-        workspace of a gemv variant whose K slices add there (``outputs`` elements, C's), or the slices' sums and
-        the column groups' counters of one whose last block adds them into C; for other variants,
+        workspace of a gemv variant whose K slices meet there (``outputs`` elements, C's); for other variants,
         one-element stand-ins made once per kernel."""
         from numba import cuda
 
         p = self.params
         if gemv.is_gemv(p) and gemv.workspace(p, self.out_dtype):
             return cuda.device_array(outputs, dtype=np.float32), None
-        if gemv.is_gemv(p) and gemv.gathers(p):  # each K slice's sums (grid y), a counter per column group (x)
-            matrices = grid[2] if len(grid) > 2 else 1
-            return (cuda.device_array(grid[1] * outputs, dtype=accumulator_dtype(self.dtype)),
-                    cuda.to_device(np.zeros(grid[0] * matrices, dtype=np.int32)))
         if schedule(p) == "stream_k":  # two partial tiles per block at most: its first and its last share
             return (cuda.device_array(2 * grid[0] * p["BM"] * p["BN"], dtype=np.float32),
                     cuda.to_device(np.zeros(tiles, dtype=np.int32)))
@@ -299,14 +293,12 @@ class MatmulKernel(Planned, Kernel):
         batched kernel's ``stack`` (batch.Stack) says where its matrices lie in them."""
         p = self.params
         a_flat, b_flat, c_flat = kernel_view(a_flat), kernel_view(b_flat), kernel_view(c_flat)
-        count = 0 if stack is None else stack.count
-        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream, count)
         spans = (a_flat.size, b_flat.size, c_flat.size) if stack is None else (M * K, K * N, M * N)
-        if gemv.is_gemv(p) and gemv.gathers(p):  # the K slices' sums of one matrix, indexed as C is
-            spans += (partials.size // max(count, 1),)
         if self._int is np.int32 and max(spans) > INT32_MAX:
             raise ValueError("this variant uses 32-bit indices and the operands have more than 2**31 elements; "
                              "use INDEX_BITS=64")
+        count = 0 if stack is None else stack.count
+        configured, k_chunk, (partials, counters) = self._launch_config(M, N, K, stream, count)
         if reads_rounded_copies(p):
             a_flat, b_flat, lda, ldb = self._rounded_copies(a_flat, b_flat, M, N, K, lda, ldb, stream)
         maps = None

@@ -236,13 +236,6 @@ def _split_add_fits(p, ctx):
     return None
 
 
-def _gemv_split_fits(p, ctx):
-    if gemv.is_gemv(p) and p["SPLIT_ADD"] == "vector":
-        return "SPLIT_ADD=vector is the tiled kernels' (red.global.add of a thread's vectors): the gemv kernel's slices " \
-               "meet atomically or by the last block"
-    return None
-
-
 def _batch_copies_fit(p, ctx):
     """A batched problem's kernels index each operand's matrices from one flat array, or (TMA) through tensor maps
     of the whole stack: not those multiplying copies of one matrix rounded first (tf32 wgmma on copies)."""
@@ -259,7 +252,6 @@ PREDICATES = {
     "warp_grid_fits": Predicate(_warp_grid_fits, frozenset({"BM", "BN", "TM", "TN", "WARP_ROWS"})),
     "accumulators_at_most": Predicate(_accumulators_at_most, frozenset({"TM", "TN"}), ("max",)),
     "accumulator_bytes_at_most": Predicate(_accumulator_bytes_at_most, frozenset({"TM", "TN"}), ("max",)),
-    "gemv_split_fits": Predicate(_gemv_split_fits, frozenset({"GEMV", "SPLIT_ADD"})),
     "split_add_fits": Predicate(_split_add_fits, frozenset({"SPLIT_ADD", "SPLIT_K", "VEC", "TN"})),
     "schedule_fits": Predicate(_schedule_fits, frozenset({"SCHEDULE", "SPLIT_K", "BM", "BN", "BK", "ASYNC_STAGES"})),
     "wgmma_split_fits": Predicate(_wgmma_split_fits, frozenset({"WGMMA", "SPLIT_ADD", "ASYNC_STAGES"})),
