@@ -15,11 +15,12 @@ holds the pieces the built-in functions are made of (device arrays, streams, pla
 
 Imports are lazy so that ``autotune --simulator`` can switch Numba to its CUDA simulator before Numba loads.
 """
+from .core.version import __version__
+
 FUNCTIONS = ("sum", "max", "min", "nanmax", "nanmin", "dot", "matmul")
 __all__ = [*FUNCTIONS, "build_kernel", "get_best_kernel", "register_family", "KernelFamily", "FamilyArg", "Kernel",
            "Case", "Predicate", "TunedKernelWarning", "compare_exact", "compare_close", "unwritten",
            "tune_on_first_use"]
-__version__ = "0.2.0"
 
 _WHERE = {**{name: "functions" for name in FUNCTIONS},
           "build_kernel": "runtime.build", "get_best_kernel": "runtime.lookup", "TunedKernelWarning": "core.caller",

@@ -55,7 +55,7 @@ def replacements() -> list[tuple[str, str]]:
 
 def version_report() -> str:
     """The lines ``autotune --version`` prints."""
-    from .. import __version__
+    from ..core.version import __version__
 
     lines = [f"autotune {__version__}", f"python {platform.python_version()} ({platform.platform()})"]
     lines += [f"{name} {installed(name)}" for name in PACKAGES]

@@ -301,7 +301,7 @@ def local_toolchain() -> tuple[tuple[str, str], ...] | None:
     compilers = compiler_versions()
     if compilers is None:
         return None
-    from .. import __version__
+    from ..core.version import __version__
 
     return (*base, ("autotune", __version__), *compilers,
             ("cuda-core", _distribution_version("cuda-core") or "?"),

@@ -155,7 +155,7 @@ def _key(where: str, source: bytes) -> tuple:
 def _code_stamp() -> str:
     """autotune's version and the size and time stamp of each of its source files (the code running in this
     process was read from them)."""
-    from .. import __version__
+    from ..core.version import __version__
 
     root = Path(__file__).resolve().parent.parent
     stamps = [__version__]

@@ -73,7 +73,7 @@ def tie_study(study, now: Provenance, older) -> str | None:
 
 def provenance(problem: Problem, space_path: str | None = None) -> Provenance:
     """What a study of ``problem`` measures with, as this process finds it now (the files are read each call)."""
-    from .. import __version__
+    from ..core.version import __version__
     from ..runtime.render import template_hash
     from .report import versions
 

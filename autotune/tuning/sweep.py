@@ -126,7 +126,7 @@ def versions() -> dict[str, str]:
     import numpy
     import optuna
 
-    from .. import __version__
+    from ..core.version import __version__
     from .report import versions as compiler_versions
 
     return {"autotune": __version__, **compiler_versions(), "numpy": numpy.__version__, "optuna": optuna.__version__}
