@@ -11,6 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from autotune.core.problem import Problem
+from autotune.core.registry import family as family_named
 from autotune.core.space import load_space
 from autotune.core.yamlfast import libyaml_usable, parse_yaml_fast
 from autotune.core.yamlfile import YamlFileError, parse_yaml
@@ -215,7 +216,7 @@ def test_a_cache_of_another_file_or_other_code_is_not_used(tmp_path, monkeypatch
 
 
 def test_the_stamp_of_a_family_covers_its_search_space_and_code():
-    impl = db.family_named("reduce")
+    impl = family_named("reduce")
     modules, qualname, source, stamps = db_cache._family_stamp("reduce")
     names = {Path(p).name for p, *_ in stamps}
     assert Path(impl.space_file).name in names and {"family.py", "config.py"} <= names

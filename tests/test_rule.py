@@ -377,6 +377,8 @@ def rule_raw(**change):
     ({"layout": "xx"}, "layout"),
     ({"quality": {"held_out_geomean": "good"}}, "quality"),
     ({"extra": 1}, "unknown field 'extra'"),
+    ({"family": "nosuch"}, "field 'family': "),
+    ({"family": ["matmul"]}, "field 'family' must name a kernel family, got \\['matmul'\\]"),
     ({"neighbours": 3}, "belong to a nearest model"),
     ({"tree": None, "nearest": [{"shape": [4, 4, 4], "use": [0]}], "neighbours": 3}, "not 'use'"),
     ({"tree": None, "nearest": [{"shape": [4, 4, 4], "slowdown": [1]}], "neighbours": 3}, "'slowdown'"),

@@ -32,7 +32,7 @@ from typing import Any, Mapping, NamedTuple, Union
 import numpy as np
 
 from .problem import MAX_DIMENSION
-from .registry import FamilyError
+from .fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from .registry import family as family_named
 from .space import load_space
 
@@ -171,30 +171,17 @@ def parse_rule(raw: Any) -> Rule:
     """A rule from its file form, every field checked; RuleError names the field."""
     if not isinstance(raw, dict):
         raise RuleError("a rule must be a mapping")
-    family = raw.get("family")
-    if not isinstance(family, str):
-        raise RuleError(f"field 'family' must name a kernel family, got {_short(family)}")
-    try:
-        impl = family_named(family)
-    except FamilyError as exc:
-        raise RuleError(f"field 'family': {exc}") from None
-    arg_names = [a.name for a in impl.args]
-    unknown = sorted(str(k) for k in raw if k not in FIELDS and k not in arg_names)
-    if unknown:
-        raise RuleError(f"unknown field {unknown[0]!r} (a rule has {', '.join(FIELDS)} and the family's arguments)")
-    dtype = raw.get("dtype")
-    if dtype not in impl.dtypes:
-        raise RuleError(f"field 'dtype' is {_short(dtype)}; allowed: {', '.join(impl.dtypes)}")
-    args = {}
-    for arg in impl.args:
-        try:
-            args[arg.name] = arg.parse(raw.get(arg.name, arg.text(arg.default)))
-        except ValueError as exc:
-            raise RuleError(f"field {arg.name}: {exc}") from None
+    impl = family_field(raw, RuleError)
+    family = impl.name
+    unknown = unknown_field(raw, impl, FIELDS)
+    if unknown is not None:
+        raise RuleError(f"unknown field {unknown!r} (a rule has {', '.join(FIELDS)} and the family's arguments)")
+    dtype = dtype_field(raw, impl, RuleError)
+    args = args_fields(raw, impl, RuleError)
     rank = raw.get("rank")
     if type(rank) is not int or not 1 <= rank <= MAX_RANK:
         raise RuleError(f"field 'rank' must be the number of dimensions of the shapes served (1 to {MAX_RANK}), "
-                        f"got {_short(rank)}")
+                        f"got {short(rank)}")
     portfolio = _portfolio(raw.get("portfolio"), family, dtype, args)
     has_tree, has_nearest = raw.get("tree") is not None, raw.get("nearest") is not None
     if has_tree == has_nearest:
@@ -208,7 +195,7 @@ def parse_rule(raw: Any) -> Rule:
         neighbours = raw.get("neighbours", 1)
         if type(neighbours) is not int or not 1 <= neighbours <= MAX_NEIGHBOURS:
             raise RuleError(f"field 'neighbours' must be how many nearest coverage shapes vote (1 to "
-                            f"{MAX_NEIGHBOURS}), got {_short(neighbours)}")
+                            f"{MAX_NEIGHBOURS}), got {short(neighbours)}")
     nearest = _nearest(raw["nearest"], rank, len(portfolio), features, neighbours) if has_nearest else ()
     quality = raw.get("quality", {})
     if not isinstance(quality, dict) or not all(isinstance(k, str) and _finite(v) for k, v in quality.items()):
@@ -219,7 +206,7 @@ def parse_rule(raw: Any) -> Rule:
         raise RuleError("field 'fit' must map the fitting's settings to numbers or short words")
     for name in ("data", "date"):
         if name in raw and not isinstance(raw[name], str):
-            raise RuleError(f"field {name!r} must be text, got {_short(raw[name])}")
+            raise RuleError(f"field {name!r} must be text, got {short(raw[name])}")
     return Rule(family=family, dtype=dtype, args=args, rank=rank, portfolio=portfolio, tree=tree, nearest=nearest,
                 features=features, neighbours=neighbours, quality=dict(quality), record=dict(raw))
 
@@ -235,7 +222,7 @@ def _portfolio(value: Any, family: str, dtype: str, args: dict[str, Any]) -> tup
         try:
             checked.append(space.validate(params, dtype=dtype, args=args))
         except ValueError as exc:
-            raise RuleError(f"field 'portfolio': configuration #{i + 1}: {_short_text(exc)}") from None
+            raise RuleError(f"field 'portfolio': configuration #{i + 1}: {short_text(exc, 300)}") from None
     return tuple(checked)
 
 
@@ -243,7 +230,7 @@ def _ranking(value: Any, size: int, where: str) -> tuple[int, ...]:
     if not isinstance(value, list) or not 1 <= len(value) <= size or \
             not all(type(i) is int and 0 <= i < size for i in value) or len(set(value)) != len(value):
         raise RuleError(f"{where}: 'use' must list distinct portfolio indices (0 to {size - 1}), best first, got "
-                        f"{_short(value)}")
+                        f"{short(value)}")
     return tuple(value)
 
 
@@ -263,10 +250,10 @@ def _node(value: Any, rank: int, size: int, depth: int, count: list[int]):
     feature = value["dim"]
     if not (feature == SIZE or type(feature) is int and 0 <= feature < rank):
         raise RuleError(f"{where}: 'dim' must be a dimension index (0 to {rank - 1}) or '{SIZE}', got "
-                        f"{_short(feature)}")
+                        f"{short(feature)}")
     at = value["at"]
     if not _finite(at) or at < 0:
-        raise RuleError(f"{where}: 'at' must be a finite non-negative number, got {_short(at)}")
+        raise RuleError(f"{where}: 'at' must be a finite non-negative number, got {short(at)}")
     return Split(feature, float(at), _node(value["below"], rank, size, depth + 1, count),
                  _node(value["above"], rank, size, depth + 1, count))
 
@@ -277,7 +264,7 @@ def _features(value: Any, rank: int) -> tuple:
     where = "field 'features'"
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_FEATURES:
         raise RuleError(f"{where} must list 1 to {MAX_FEATURES} features (a dimension index, or a list of indices: "
-                        f"the product of those dimensions), got {_short(value)}")
+                        f"the product of those dimensions), got {short(value)}")
     out: list = []
     for f in value:
         if type(f) is int and 0 <= f < rank:
@@ -286,10 +273,10 @@ def _features(value: Any, rank: int) -> tuple:
                 and f == sorted(set(f)):
             out.append(tuple(f))
         else:
-            raise RuleError(f"{where}: {_short(f)} is neither a dimension index (0 to {rank - 1}) nor a list of at "
+            raise RuleError(f"{where}: {short(f)} is neither a dimension index (0 to {rank - 1}) nor a list of at "
                             f"least two distinct ones, ascending")
     if len(set(out)) != len(out):
-        raise RuleError(f"{where} lists a feature twice: {_short(value)}")
+        raise RuleError(f"{where} lists a feature twice: {short(value)}")
     return tuple(out)
 
 
@@ -305,7 +292,7 @@ def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours:
         shape = item["shape"]
         if not isinstance(shape, list) or len(shape) != rank or not all(type(d) is int and 1 <= d <= MAX_DIMENSION
                                                                         for d in shape):
-            raise RuleError(f"{where}: 'shape' must be {rank} positive integers, got {_short(shape)}")
+            raise RuleError(f"{where}: 'shape' must be {rank} positive integers, got {short(shape)}")
         point = feature_point(tuple(shape), features)
         if "use" in item:
             if neighbours > 1:
@@ -316,7 +303,7 @@ def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours:
         if not isinstance(slowdown, list) or len(slowdown) != size or \
                 not all(_finite(x) and 1 <= x <= MAX_SLOWDOWN for x in slowdown):
             raise RuleError(f"{where}: 'slowdown' must give each of the {size} portfolio configurations its time "
-                            f"over the shape's best (1 to {MAX_SLOWDOWN:g}), got {_short(slowdown)}")
+                            f"over the shape's best (1 to {MAX_SLOWDOWN:g}), got {short(slowdown)}")
         losses = tuple(math.log(x) for x in slowdown)
         items.append(Neighbour(point, tuple(sorted(range(size), key=lambda j: (slowdown[j], j))), losses))
     return tuple(items)
@@ -402,16 +389,6 @@ def tree_lines(rule: Rule, names: tuple[str, ...] | None = None) -> list[str]:
 
 def _finite(value: Any) -> bool:
     return type(value) in (int, float) and math.isfinite(value)
-
-
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _short_text(exc: Exception) -> str:
-    text = str(exc)
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 __all__ = ["Rule", "RuleError", "Split", "Node", "Neighbour", "parse_rule", "rule_record", "tree_lines",

@@ -28,9 +28,9 @@ from typing import Any, Iterator, Mapping
 
 from ..core.atomic import write_text_atomic
 from ..core.device import device_slug
+from ..core.fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from ..core.problem import MAX_DIMENSION, Problem
-from ..core.registry import FamilyError, is_known
-from ..core.registry import family as family_named
+from ..core.registry import is_known
 from ..core.rule import Rule, RuleError, parse_rule
 from ..core.space import load_space
 from ..core.yamlfast import parse_yaml_fast
@@ -205,33 +205,20 @@ def parse_entry(raw: Any, validated: dict[tuple, dict[str, Any]] | None = None) 
     if not isinstance(raw, dict):
         raise DatabaseError("an entry must be a mapping")
     raw = _renamed(raw)
-    family = raw.get("family")
-    if not isinstance(family, str):
-        raise DatabaseError(f"field 'family' must name a kernel family, got {_short(family)}")
-    try:
-        impl = family_named(family)
-    except FamilyError as exc:
-        raise DatabaseError(f"field 'family': {exc}") from None
-    arg_names = [a.name for a in impl.args]
-    unknown = sorted(str(k) for k in raw if k not in STANDARD_FIELDS and k not in arg_names)
-    if unknown:
-        raise DatabaseError(f"unknown field {unknown[0]!r}")
+    impl = family_field(raw, DatabaseError)
+    family = impl.name
+    unknown = unknown_field(raw, impl, STANDARD_FIELDS)
+    if unknown is not None:
+        raise DatabaseError(f"unknown field {unknown!r}")
     for name in REQUIRED:
         if name not in raw:
             raise DatabaseError(f"field {name!r} is missing")
-    dtype = raw["dtype"]
-    if dtype not in impl.dtypes:
-        raise DatabaseError(f"field 'dtype' is {_short(dtype)}; allowed: {', '.join(impl.dtypes)}")
+    dtype = dtype_field(raw, impl, DatabaseError)
     shape = raw["shape"]
     if not isinstance(shape, list) or not shape or len(shape) > 8 or \
             not all(type(d) is int and 1 <= d <= MAX_DIMENSION for d in shape):
-        raise DatabaseError(f"field 'shape' must be a list of positive integers, got {_short(shape)}")
-    args = {}
-    for arg in impl.args:
-        try:
-            args[arg.name] = arg.parse(raw.get(arg.name, arg.text(arg.default)))
-        except ValueError as exc:
-            raise DatabaseError(f"field {arg.name}: {exc}") from None
+        raise DatabaseError(f"field 'shape' must be a list of positive integers, got {short(shape)}")
+    args = args_fields(raw, impl, DatabaseError)
     try:
         problem = Problem(family, tuple(shape), dtype, args)
     except ValueError as exc:
@@ -247,7 +234,7 @@ def parse_entry(raw: Any, validated: dict[tuple, dict[str, Any]] | None = None) 
             # rule of the search spaces reproduce the kernel the entry measured.
             checked = load_space(family).validate(params, dtype=dtype, args=problem.args)
         except ValueError as exc:
-            raise DatabaseError(f"field 'params': {_short_text(exc)}") from None
+            raise DatabaseError(f"field 'params': {short_text(exc, 400)}") from None
         if key is not None:
             validated[key] = checked
     _check_fields(raw)
@@ -280,19 +267,19 @@ def _check_fields(raw: Mapping[str, Any]) -> None:
     """The optional fields, each of the type and range that the other commands rely on."""
     _timing("time", raw["time"], required=True)
     if "rate" in raw and not _number(raw["rate"]):
-        raise DatabaseError(f"field 'rate' must be a non-negative finite number, got {_short(raw['rate'])}")
+        raise DatabaseError(f"field 'rate' must be a non-negative finite number, got {short(raw['rate'])}")
     for name in ("unit", "template_hash", "source_hash"):
         if name in raw and not isinstance(raw[name], str):
-            raise DatabaseError(f"field {name!r} must be text, got {_short(raw[name])}")
+            raise DatabaseError(f"field {name!r} must be text, got {short(raw[name])}")
     if "trials" in raw and not _count(raw["trials"]):
-        raise DatabaseError(f"field 'trials' must be a non-negative integer, got {_short(raw['trials'])}")
+        raise DatabaseError(f"field 'trials' must be a non-negative integer, got {short(raw['trials'])}")
     if "date" in raw and not isinstance(raw["date"], (str, datetime.date)):
-        raise DatabaseError(f"field 'date' must be a date such as 2026-11-23, got {_short(raw['date'])}")
+        raise DatabaseError(f"field 'date' must be a date such as 2026-11-23, got {short(raw['date'])}")
     baseline = raw.get("baseline")
     if baseline is not None:
         if not isinstance(baseline, dict):
             raise DatabaseError(f"field 'baseline' must be a mapping (the seed kernel's timing), got "
-                                f"{_short(baseline)}")
+                                f"{short(baseline)}")
         _timing("baseline", baseline, required=False)
         if "params" in baseline and not isinstance(baseline["params"], dict):
             raise DatabaseError("field 'baseline': 'params' must be a mapping")
@@ -301,10 +288,10 @@ def _check_fields(raw: Mapping[str, Any]) -> None:
     resources = raw.get("resources")
     if resources is not None:
         if not isinstance(resources, dict):
-            raise DatabaseError(f"field 'resources' must be a mapping, got {_short(resources)}")
+            raise DatabaseError(f"field 'resources' must be a mapping, got {short(resources)}")
         for name, value in resources.items():
             if name != "cc" and not _count(value):
-                raise DatabaseError(f"field 'resources': {name!r} must be a non-negative integer, got {_short(value)}")
+                raise DatabaseError(f"field 'resources': {name!r} must be a non-negative integer, got {short(value)}")
     if "device" in raw:
         try:
             _device(raw["device"])
@@ -323,7 +310,7 @@ def _timing(name: str, value: Any, *, required: bool) -> None:
         if key in value or required:
             if not _number(value.get(key), MAX_MS):
                 raise DatabaseError(f"field {name!r} must hold numbers median_ms, p20_ms and p80_ms (finite, "
-                                    f"0 to {MAX_MS:g} ms); {key} is {_short(value.get(key))}")
+                                    f"0 to {MAX_MS:g} ms); {key} is {short(value.get(key))}")
     if "reps" in value and not _count(value["reps"]):
         raise DatabaseError(f"field {name!r}: 'reps' must be a non-negative integer")
 
@@ -336,17 +323,6 @@ def _number(value: Any, limit: float = MAX_NUMBER) -> bool:
 
 def _count(value: Any) -> bool:
     return type(value) is int and 0 <= value <= MAX_NUMBER
-
-
-def _short(value: Any) -> str:
-    """A value for a message, never long (a crafted value must not make the message huge)."""
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
-
-
-def _short_text(exc: Exception) -> str:
-    text = str(exc)
-    return text if len(text) <= 400 else text[:397] + "..."
 
 
 # -- what an entry measured ----------------------------------------------------------------------------
@@ -373,7 +349,7 @@ def stale_note(entry: Entry, source: str | None = None) -> str | None:
     try:
         now = source_hash(source if source is not None else current_source(entry))
     except Exception as exc:  # a template that no longer renders this configuration
-        return f"its configuration no longer renders ({type(exc).__name__}: {_short_text(exc)})"
+        return f"its configuration no longer renders ({type(exc).__name__}: {short_text(exc, 400)})"
     if now == recorded:
         return None
     return (f"the kernel its parameters render to changed since it was tuned (source_hash {recorded}, now {now}): "
