@@ -20,7 +20,7 @@ import os
 import sys
 
 import numpy as np
-from variant_times import oracle_errors, print_table, timed_row
+from variant_times import database_entries, oracle_errors, print_table, timed_row
 
 BASE = {"GEMV": 1, "BLOCK": 256, "TL": 1, "TS": 1, "UNROLL_K": 2, "SPLIT_K": 1}
 CHECKED = [  # (parameters, dtype, layout, shape)
@@ -52,14 +52,14 @@ def checks(rng) -> list[dict]:
     return rows
 
 
-def variants(problem) -> dict[str, dict | None]:
-    """The entry for the problem, then each gemv start fitted by K split and by groups, each named by its fit."""
+def variants(problem, entries: dict) -> dict[str, dict | None]:
+    """The entry for the problem (of ``entries``, the database's), then each gemv start fitted by K split and by
+    groups, each named by its fit."""
     from autotune.core.device import current_device
     from autotune.core.dtypes import numpy_dtype
     from autotune.core.space import load_space
-    from variant_times import database_entries
 
-    device, space, entries = current_device(), load_space("matmul"), database_entries()
+    device, space = current_device(), load_space("matmul")
     found: dict[str, dict | None] = {}
     if problem.key in entries:
         found["entry"] = dict(entries[problem.key].params)
@@ -86,7 +86,8 @@ def main() -> int:
     wrong = [r for r in found["checks"] if r["error"]]
     print(f"checks: {len(found['checks'])}, wrong: {len(wrong)}", flush=True)
     if not a.check_only:
-        found["timings"] = [timed_row(problem, variants(problem)) for problem in
+        entries = database_entries()
+        found["timings"] = [timed_row(problem, variants(problem, entries)) for problem in
                             (Problem("matmul", shape, dtype) for dtype, shape in TIMED)]
     os.makedirs(a.results, exist_ok=True)
     with open(os.path.join(a.results, "gemv-groups.json"), "w") as f:
