@@ -11,15 +11,9 @@ import numpy as np
 def oracle_errors(kernel, problem, rng) -> list[str | None]:
     """The family's verdict on each of its verification cases of ``problem`` (None: right), each run into an
     output poisoned with NaN first, so that an element the kernel never writes cannot pass."""
-    from autotune.core.oracle import poison
-    from autotune.runtime import arrays
+    from autotune.tuning.instance import Instance
 
-    impl, found = problem.impl, []
-    for case in impl.verification(problem, impl.inputs(problem, rng, "check"), rng):
-        out = arrays.host_to_device(np.full(problem.out_shape, poison(problem.out_dtype), problem.out_dtype))
-        kernel(*case.inputs, out=out)
-        found.append(impl.verify(problem, case, arrays.device_to_host(out), rng))
-    return found
+    return list(Instance(problem, rng).verdicts(kernel))
 
 
 def database_entries() -> dict:

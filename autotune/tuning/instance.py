@@ -3,6 +3,8 @@ and copies with special values planted) and timing inputs (fresh random data, ne
 and the check of a kernel's NaN-poisoned output against each case with the family's oracle."""
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from ..core.dtypes import kernel_view
@@ -40,13 +42,15 @@ class Instance:
 
     def check(self, kernel) -> str | None:
         """Run ``kernel`` on each case into a poisoned output (NaN, see oracle.poison); None if every result is right,
-        else what is wrong (the family's oracle says)."""
+        else what is wrong with the first wrong one (the family's oracle says)."""
+        return next((verdict for verdict in self.verdicts(kernel) if verdict), None)
+
+    def verdicts(self, kernel) -> Iterator[str | None]:
+        """The oracle's verdict on each case in turn (None: right), ``kernel`` run into a poisoned output for each;
+        lazily, so that ``check`` stops at the first wrong one."""
         from ..runtime.arrays import device_to_host
 
         for case, args in self.cases:
             self.poison()
             kernel(*args, out=self.out)
-            problem = self.problem.impl.verify(self.problem, case, device_to_host(self.out), self.rng)
-            if problem:
-                return problem
-        return None
+            yield self.problem.impl.verify(self.problem, case, device_to_host(self.out), self.rng)
