@@ -78,9 +78,46 @@ def test_a_fitted_nearest_entry_is_judged_stale_by_its_own_render(folder, monkey
     monkeypatch.setattr(lk.backend, "simulator", lambda: False)
     fitted_kernel = SimpleNamespace(source="the render of the fitted parameters")
     chosen.entry.record["source_hash"] = source_hash(db.current_source(chosen.entry))  # fresh as tuned
-    assert lk._stale(chosen, fitted_kernel) is None
+    assert lk._stale(chosen, fitted_kernel, chosen.entry.problem.args) is None
     chosen.entry.record["source_hash"] = "0" * 16  # the templates changed since
-    assert "changed since it was tuned" in lk._stale(chosen, fitted_kernel)
+    assert "changed since it was tuned" in lk._stale(chosen, fitted_kernel, chosen.entry.problem.args)
+
+
+def test_a_transposed_layout_with_nothing_tuned_takes_layout_nns_choice(folder, tmp_path, rng, monkeypatch):
+    """A layout with no entry or rule of its own (here nt and tt) takes layout nn's choice for the shape, fitted
+    and valid for it, and says so; its results are right; the nn entry is judged stale by its own render, not by
+    the transposed kernel's. A layout with an entry of its own keeps the nearest of those; where nn has nothing
+    either, the default."""
+    from types import SimpleNamespace
+
+    from autotune.runtime import lookup as lk
+    from autotune.runtime.render import source_hash
+
+    k, notes = lookup("matmul", (64, 64, 64), db=folder, layout="nt")
+    assert len(notes) == 1 and all(k.params[n] == v for n, v in MATMUL_A.items())
+    assert "no rule or entry of another shape for nt; using nn's choice for this shape (the entry for " \
+           "matmul/float32/nn/64x64x64 from" in notes[0]
+    assert Instance(Problem("matmul", (64, 64, 64), "float32", {"layout": "nt"}), rng).check(k) is None
+    k, notes = lookup("matmul", (100, 90, 80), db=folder, layout="tt")
+    assert "using nn's choice for this shape (using the nearest entry, shape 64x64x64" in notes[0]
+    assert k.params["EDGE"] == "clamp" and all(k.params[n] == v for n, v in MATMUL_A.items() if n != "EDGE")
+    assert Instance(Problem("matmul", (100, 90, 80), "float32", {"layout": "tt"}), rng).check(k) is None
+    nt = Problem("matmul", (64, 64, 64), "float32", {"layout": "nt"})
+    chosen = lk.choice(nt, [folder])
+    assert chosen.params == dict(chosen.entry.params) and chosen.entry.problem.args["layout"] == "nn"
+    monkeypatch.setattr(lk.backend, "simulator", lambda: False)
+    chosen.entry.record["source_hash"] = source_hash(db.current_source(chosen.entry))  # fresh as tuned
+    assert lk._stale(chosen, SimpleNamespace(source="the nt kernel's render"), nt.args) is None
+    monkeypatch.undo()
+    own = tmp_path / "own"
+    write_db(own, SIM, [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A),
+                        ("matmul", (4096, 4096, 4096), {"layout": "nt"}, MATMUL_B)])
+    k, notes = lookup("matmul", (64, 64, 64), db=own, layout="nt")
+    assert "nearest entry, shape 4096x4096x4096" in notes[0] and k.params["BM"] == MATMUL_B["BM"]
+    none = tmp_path / "none"
+    write_db(none, SIM, [("reduce", (1000,), {"op": "max"}, {"BLOCK": 64, "WAVES": 1})])
+    k, notes = lookup("matmul", (64, 64, 64), db=none, layout="nt")
+    assert "using the default configuration" in notes[0]
 
 
 def test_tuning_starts_are_the_entry_then_the_nearest_shapes(tmp_path):

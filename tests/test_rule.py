@@ -481,8 +481,12 @@ def test_exact_entries_come_first_then_the_rule(tmp_path, rng):
     assert "held-out shapes" in note and params["BM"] == SMALL["BM"] and params["BN"] == SMALL["BN"]
     params, _ = choose(Problem("matmul", (500, 300, 3000), "float32"), [tmp_path], device=SIM["name"])
     assert params["BM"] == WIDE["BM"]
-    # another dtype or layout has no rule: the nearest entry, as before
-    _, note = choose(Problem("matmul", (500, 300, 100), "float32", {"layout": "tn"}), [tmp_path], device=SIM["name"])
+    # a layout with nothing of its own takes nn's rule's choice; another dtype has nothing: the default
+    params, note = choose(Problem("matmul", (500, 300, 100), "float32", {"layout": "tn"}), [tmp_path],
+                          device=SIM["name"])
+    assert "using nn's choice for this shape (the fitted rule for matmul/float32/nn" in note
+    assert params["BM"] == SMALL["BM"]
+    _, note = choose(Problem("matmul", (500, 300, 100), "float64", {"layout": "tn"}), [tmp_path], device=SIM["name"])
     assert "default configuration" in note
 
 

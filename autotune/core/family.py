@@ -369,6 +369,13 @@ class KernelFamily(abc.ABC):
         depends on the shape and the GPU's multiprocessor count only."""
         return dict(params)
 
+    def stand_in_args(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Arguments whose tuned choices may serve ``args`` where nothing is tuned for ``args`` themselves, best
+        first (matmul: layout nn's for the transposed layouts, whose kernels take the same configurations): the
+        lookup fits such a choice to the problem (``fit_config``) and uses it where it is valid, before the
+        untuned default. The default: none."""
+        return []
+
     def rule_features(self, rank: int) -> tuple:
         """What a fitted rule's nearest model measures of a shape of ``rank`` dimensions (core/rule.py): each a
         dimension index, or a tuple of indices whose product it is (matmul's M*N: how many output tiles fill the

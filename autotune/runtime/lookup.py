@@ -12,7 +12,10 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
    were another shape's). Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from
    2048 as from 8192;
 4. else a file of another GPU model with the same compute capability, the same way (yours first);
-5. else the family's default configuration for the shape.
+5. else, where the family names stand-in arguments (``KernelFamily.stand_in_args``: matmul's layout nn for a
+   transposed layout with nothing tuned of its own), steps 1-4 for them, the configuration fitted to the
+   problem's arguments where it is valid for them;
+6. else the family's default configuration for the shape.
 
 Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
 read (skipped), entries of a family not registered in this process (kept, unused), and an entry whose recorded
@@ -36,6 +39,7 @@ from ..core.caller import TunedKernelWarning, warn
 from ..core.device import current_device, device_slug
 from ..core.problem import Problem, shape_text
 from ..core.registry import command_spec
+from ..core.space import load_space
 from .build import build_kernel
 from .db import (
     DatabaseError,
@@ -81,20 +85,20 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
             if chosen.note:
                 warn(chosen.note, TunedKernelWarning)
             kernel = build_kernel(family, chosen.params, problem.dtype, **problem.args)
-            stale = _stale(chosen, kernel)
+            stale = _stale(chosen, kernel, problem.args)
             if stale:
                 warn(stale, TunedKernelWarning)
             _cache[key] = kernel
         return _cache[key]
 
 
-def _stale(chosen: "Choice", kernel) -> str | None:
+def _stale(chosen: "Choice", kernel, kernel_args: dict[str, Any]) -> str | None:
     """A sentence where the entry used no longer describes the kernel its parameters render to (``db.stale_note``);
     the kernel's own source is that render except in the simulator, and except where the choice fitted the entry's
-    parameters to another shape (then the entry's own are rendered)."""
+    parameters to another shape or took them for other arguments (then the entry's own are rendered)."""
     if chosen.entry is None:
         return None
-    as_tuned = chosen.params == dict(chosen.entry.params)
+    as_tuned = chosen.params == dict(chosen.entry.params) and chosen.entry.problem.args == kernel_args
     source = getattr(kernel, "source", None) if as_tuned and not backend.simulator() else None
     note = stale_note(chosen.entry, source)
     return f"{chosen.path}: the entry for {chosen.entry.problem.key}: {note}" if note else None
@@ -150,6 +154,7 @@ class Choice:
     note: str | None
     entry: Entry | None = None
     path: Path | None = None
+    default: bool = False  # the family's untuned default: nothing tuned served
 
 
 def choose(problem: Problem, folders: Path | list[Path],
@@ -197,10 +202,34 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             return Choice(params, f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
                                   f"({db_file.device.get('name')}, same compute capability){how}",
                           entry, db_file.path)
+    record = info.as_dict() if info is not None else (own[0].device if own else None)
+    stood_in = _stand_in(problem, folders, device, record) if record else None
+    if stood_in:
+        return stood_in
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
                   f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)")
+                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)", default=True)
+
+
+def _stand_in(problem: Problem, folders: list[Path], device: str | None, record: dict[str, Any]) -> Choice | None:
+    """Where nothing is tuned for the problem's arguments, the choice for the family's stand-in arguments of the
+    same shape (``KernelFamily.stand_in_args``: matmul's layout nn for tn, nt and tt), fitted to the problem and
+    valid for it; None where none is (then the default)."""
+    space = load_space(problem.family)
+    for args in problem.impl.stand_in_args(problem.args):
+        chosen = choice(Problem(problem.family, problem.shape, problem.dtype, args), folders, device)
+        params = space.checked_or_none(fitted_entry(chosen.params, problem, record), dtype=problem.dtype,
+                                       args=problem.args)
+        if chosen.default or params is None:
+            continue
+        what = (chosen.note.split("; ", 1)[1] if chosen.note and "; " in chosen.note else
+                f"the entry for {chosen.entry.problem.key} from {chosen.path}" if chosen.entry else "its choice")
+        tag, stand_tag = problem.impl.key_tag(problem.args), problem.impl.key_tag(args)
+        return Choice(params, f"no tuned entry for {problem.key} on {record.get('name')}, and no rule or entry of "
+                              f"another shape for {tag}; using {stand_tag}'s choice for this shape ({what})",
+                      chosen.entry, chosen.path)
+    return None
 
 
 def tune_command(problem: Problem, folder: Path | None = None) -> str:

@@ -425,6 +425,11 @@ class MatmulFamily(KernelFamily):
         return forms
 
     # -- coverage -----------------------------------------------------------------------------------
+    def stand_in_args(self, args) -> list[dict[str, Any]]:
+        """A transposed layout (tn, nt, tt) with nothing tuned of its own takes layout nn's choice: every kernel
+        takes every layout with the same configuration (the operands' loads change, the tiles do not)."""
+        return [{**args, "layout": "nn"}] if args["layout"] != "nn" else []
+
     def fit_config(self, params, problem, device, space) -> dict[str, Any]:
         """A CUDA-core or ``mma.sync`` configuration with its K split and edge handling chosen for this shape:
         the smallest split that fills 90% of a wave of blocks (``problem_starts``' first form), else, where none
