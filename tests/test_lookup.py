@@ -98,6 +98,8 @@ def test_a_transposed_layout_with_nothing_tuned_takes_layout_nns_choice(folder, 
     assert "no rule or entry of another shape for nt; using nn's choice for this shape (the entry for " \
            "matmul/float32/nn/64x64x64 from" in notes[0]
     assert Instance(Problem("matmul", (64, 64, 64), "float32", {"layout": "nt"}), rng).check(k) is None
+    k, notes = lookup("matmul", (4096, 4096, 4096), db=folder, layout="tn")  # an exact nn entry is not fitted again
+    assert k.params["SPLIT_K"] == MATMUL_B["SPLIT_K"] and "the entry for matmul/float32/nn/4096x4096x4096" in notes[0]
     k, notes = lookup("matmul", (100, 90, 80), db=folder, layout="tt")
     assert "using nn's choice for this shape (using the nearest entry, shape 64x64x64" in notes[0]
     assert k.params["EDGE"] == "clamp" and all(k.params[n] == v for n, v in MATMUL_A.items() if n != "EDGE")

@@ -13,8 +13,8 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
    2048 as from 8192;
 4. else a file of another GPU model with the same compute capability, the same way (yours first);
 5. else, where the family names stand-in arguments (``KernelFamily.stand_in_args``: matmul's layout nn for a
-   transposed layout with nothing tuned of its own), steps 1-4 for them, the configuration fitted to the
-   problem's arguments where it is valid for them;
+   transposed layout with nothing tuned of its own), steps 1-4 for them, used where valid for the problem's
+   arguments (an exact entry's configuration as it was tuned, any other fitted to the problem);
 6. else the family's default configuration for the shape.
 
 Every fallback is announced with a ``TunedKernelWarning`` that says what was used; so is a file that cannot be
@@ -219,8 +219,9 @@ def _stand_in(problem: Problem, folders: list[Path], device: str | None, record:
     space = load_space(problem.family)
     for args in problem.impl.stand_in_args(problem.args):
         chosen = choice(Problem(problem.family, problem.shape, problem.dtype, args), folders, device)
-        params = space.checked_or_none(fitted_entry(chosen.params, problem, record), dtype=problem.dtype,
-                                       args=problem.args)
+        exact = chosen.note is None  # tuned for this very shape: taken as it is, not fitted again
+        params = space.checked_or_none(chosen.params if exact else fitted_entry(chosen.params, problem, record),
+                                       dtype=problem.dtype, args=problem.args)
         if chosen.default or params is None:
             continue
         what = (chosen.note.split("; ", 1)[1] if chosen.note and "; " in chosen.note else
