@@ -76,11 +76,11 @@ def test_a_fitted_nearest_entry_is_judged_stale_by_its_own_render(folder, monkey
     chosen = lk.choice(Problem("matmul", (3000, 3000, 5000), "float32"), [folder])
     assert chosen.entry is not None and chosen.params != dict(chosen.entry.params)
     monkeypatch.setattr(lk.backend, "simulator", lambda: False)
-    fitted_kernel = SimpleNamespace(source="the render of the fitted parameters")
+    fitted_kernel = SimpleNamespace(source="the render of the fitted parameters", args=chosen.entry.problem.args)
     chosen.entry.record["source_hash"] = source_hash(db.current_source(chosen.entry))  # fresh as tuned
-    assert lk._stale(chosen, fitted_kernel, chosen.entry.problem.args) is None
+    assert lk._stale(chosen, fitted_kernel) is None
     chosen.entry.record["source_hash"] = "0" * 16  # the templates changed since
-    assert "changed since it was tuned" in lk._stale(chosen, fitted_kernel, chosen.entry.problem.args)
+    assert "changed since it was tuned" in lk._stale(chosen, fitted_kernel)
 
 
 def test_a_transposed_layout_with_nothing_tuned_takes_layout_nns_choice(folder, tmp_path, rng, monkeypatch):
@@ -109,7 +109,7 @@ def test_a_transposed_layout_with_nothing_tuned_takes_layout_nns_choice(folder, 
     assert chosen.params == dict(chosen.entry.params) and chosen.entry.problem.args["layout"] == "nn"
     monkeypatch.setattr(lk.backend, "simulator", lambda: False)
     chosen.entry.record["source_hash"] = source_hash(db.current_source(chosen.entry))  # fresh as tuned
-    assert lk._stale(chosen, SimpleNamespace(source="the nt kernel's render"), nt.args) is None
+    assert lk._stale(chosen, SimpleNamespace(source="the nt kernel's render", args=nt.args)) is None
     monkeypatch.undo()
     own = tmp_path / "own"
     write_db(own, SIM, [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A),

@@ -85,20 +85,20 @@ def get_best_kernel(family: str, shape, dtype: Any = "float32", *, device: str |
             if chosen.note:
                 warn(chosen.note, TunedKernelWarning)
             kernel = build_kernel(family, chosen.params, problem.dtype, **problem.args)
-            stale = _stale(chosen, kernel, problem.args)
+            stale = _stale(chosen, kernel)
             if stale:
                 warn(stale, TunedKernelWarning)
             _cache[key] = kernel
         return _cache[key]
 
 
-def _stale(chosen: "Choice", kernel, kernel_args: dict[str, Any]) -> str | None:
+def _stale(chosen: "Choice", kernel) -> str | None:
     """A sentence where the entry used no longer describes the kernel its parameters render to (``db.stale_note``);
     the kernel's own source is that render except in the simulator, and except where the choice fitted the entry's
     parameters to another shape or took them for other arguments (then the entry's own are rendered)."""
     if chosen.entry is None:
         return None
-    as_tuned = chosen.params == dict(chosen.entry.params) and chosen.entry.problem.args == kernel_args
+    as_tuned = chosen.params == dict(chosen.entry.params) and chosen.entry.problem.args == getattr(kernel, "args", None)
     source = getattr(kernel, "source", None) if as_tuned and not backend.simulator() else None
     note = stale_note(chosen.entry, source)
     return f"{chosen.path}: the entry for {chosen.entry.problem.key}: {note}" if note else None
