@@ -101,7 +101,7 @@ def test_a_transposed_layout_with_nothing_tuned_takes_layout_nns_choice(folder, 
     k, notes = lookup("matmul", (4096, 4096, 4096), db=folder, layout="tn")  # an exact nn entry is not fitted again
     assert k.params["SPLIT_K"] == MATMUL_B["SPLIT_K"] and "the entry for matmul/float32/nn/4096x4096x4096" in notes[0]
     k, notes = lookup("matmul", (100, 90, 80), db=folder, layout="tt")
-    assert "using nn's choice for this shape (using the nearest entry, shape 64x64x64" in notes[0]
+    assert "using nn's choice for this shape (the nearest entry, shape 64x64x64" in notes[0]
     assert k.params["EDGE"] == "clamp" and all(k.params[n] == v for n, v in MATMUL_A.items() if n != "EDGE")
     assert Instance(Problem("matmul", (100, 90, 80), "float32", {"layout": "tt"}), rng).check(k) is None
     nt = Problem("matmul", (64, 64, 64), "float32", {"layout": "nt"})
@@ -233,6 +233,31 @@ def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch,
         assert autotune.max(x) == x.max()
         kernel = calls.tuned_kernel("reduce", (1000,), "float32", op="max", axis=None)
         assert kernel.params["BLOCK"] == block
+
+
+def test_each_step_names_itself_and_the_bench_row_records_it(folder, tmp_path, monkeypatch):
+    """``Choice.how`` names the step that chose, a stand-in's with its arguments' tag and their step; the bench's row
+    for ours records it as ``chosen_by`` (the note's words once decided it, and called nn's rule "rule")."""
+    from autotune.commands.bench import bench_problem
+    from autotune.runtime import lookup as lk
+
+    def how(shape, layout="nn", dtype="float32", folders=(folder,)):
+        return lk.choice(Problem("matmul", shape, dtype, {"layout": layout}), list(folders)).how
+
+    assert how((64, 64, 64)) == "exact" and how((100, 90, 80)) == "nearest"
+    assert how((64, 64, 64), "nt") == "nn: exact" and how((100, 90, 80), "tt") == "nn: nearest"
+    assert how((64, 64, 64), dtype="float64") == "default" and lk.choice(
+        Problem("matmul", (64, 64, 64), "float64"), [folder]).default
+    other = tmp_path / "other"
+    write_db(other, {"name": "Another GPU", "cc": "9.0", "sm_count": 2},
+             [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A)])
+    assert how((64, 64, 64), folders=(tmp_path / "empty", other)) == "other gpu"
+    assert how((64, 64, 64), "tn", folders=(tmp_path / "empty", other)) == "nn: other gpu"
+    monkeypatch.setattr("autotune.commands.bench.bench", lambda *a, **k: __import__("types").SimpleNamespace(
+        median_ms=1.0))  # the simulator's timing is not what this test is about
+    rows = bench_problem(Problem("matmul", (33, 17, 9), "float32", {"layout": "nt"}), [folder], None, seeds=False,
+                         simulator=True)
+    assert [(r["name"], r["chosen_by"]) for r in rows] == [("autotune", "nn: nearest")] and "error" not in rows[0]
 
 
 def test_an_entry_whose_kernel_renders_differently_now_is_announced(tmp_path):

@@ -16,7 +16,7 @@ from autotune.core.registry import family as family_named
 from autotune.core.rule import RuleError, Split, parse_rule, rule_record
 from autotune.core.space import config_key, load_space
 from autotune.runtime import db
-from autotune.runtime.lookup import TunedKernelWarning, choose, get_best_kernel
+from autotune.runtime.lookup import TunedKernelWarning, choice, choose, get_best_kernel
 from autotune.runtime.rules import ranked_configs, rule_for
 from autotune.tuning.instance import Instance
 from autotune.tuning.fit import (LEGACY, FitSettings, Quality, efficiency, fit_rule, folds_of, losses,
@@ -484,8 +484,11 @@ def test_exact_entries_come_first_then_the_rule(tmp_path, rng):
     # a layout with nothing of its own takes nn's rule's choice; another dtype has nothing: the default
     params, note = choose(Problem("matmul", (500, 300, 100), "float32", {"layout": "tn"}), [tmp_path],
                           device=SIM["name"])
-    assert "using nn's choice for this shape (the fitted rule for matmul/float32/nn" in note
+    assert "using nn's choice for this shape (configuration #" in note and "of the fitted rule for matmul/float32/nn" \
+        in note
     assert params["BM"] == SMALL["BM"]
+    assert [choice(Problem("matmul", (500, 300, 100), "float32", {"layout": layout}), [tmp_path], device=SIM["name"]).how
+            for layout in ("nn", "tn")] == ["rule", "nn: rule"]
     _, note = choose(Problem("matmul", (500, 300, 100), "float64", {"layout": "tn"}), [tmp_path], device=SIM["name"])
     assert "default configuration" in note
 

@@ -23,14 +23,14 @@ from ..core.space import load_space
 from ..runtime import arrays
 from ..runtime.build import build_kernel
 from ..runtime.compiler import resources_here
-from ..runtime.lookup import choose, lookup_folders
+from ..runtime.lookup import choice, lookup_folders
 from ..tuning.evaluate import compile_variant
 from ..tuning.instance import Instance
 from ..tuning.measure import L2Flusher, bench
 from ..tuning.records import job_for
 from ..tuning.report import fraction_of_peak, table, versions
 from ..tuning.worker import CompilePool
-from .bench_json import chosen_by, merged, problem_rows, read_rows, summary, write_rows
+from .bench_json import merged, problem_rows, read_rows, summary, write_rows
 
 OPTIONAL = {"cupy": "CuPy", "torch": "PyTorch", "matplotlib": "matplotlib (plots)"}
 
@@ -68,9 +68,9 @@ def bench_problem(problem: Problem, folders: list[Path], flusher, tuned: list[Pa
     way (in the simulator: ours only, checked and timed on the host clock)."""
     rng = np.random.default_rng()
     inst = Instance(problem, rng)
-    params, note = choose(problem, folders)
+    chosen = choice(problem, folders)
     rows = []
-    contenders = [("autotune" + (" (untuned)" if note and "default" in note else ""), params, chosen_by(note)),
+    contenders = [("autotune" + (" (untuned)" if chosen.default else ""), chosen.params, chosen.how),
                   *((name, p, None) for name, p in (seeds_of(problem) if seeds else []))]
     exact = _tuned_entry(problem, tuned)
     if exact is not None:
@@ -104,12 +104,10 @@ def bench_problem(problem: Problem, folders: list[Path], flusher, tuned: list[Pa
 
 def _tuned_entry(problem: Problem, tuned: list[Path]) -> dict | None:
     """The exact entry for ``problem`` in the ``tuned`` folders (``--against-db``), else None."""
-    from ..runtime.lookup import choose as lookup_choose
-
     if not tuned:
         return None
-    params, note = lookup_choose(problem, list(tuned))
-    return params if note is None else None
+    chosen = choice(problem, list(tuned))
+    return chosen.params if chosen.how == "exact" else None
 
 
 def compile_ahead(problems: list[Problem], folders: list[Path], tuned: list[Path] = (), seeds: bool = True) -> None:
@@ -119,7 +117,7 @@ def compile_ahead(problems: list[Problem], folders: list[Path], tuned: list[Path
     for problem in problems:
         exact = _tuned_entry(problem, tuned)
         own = [p for _, p in seeds_of(problem)] if seeds else []
-        for p in [choose(problem, folders)[0], *([exact] if exact else []), *own]:
+        for p in [choice(problem, folders).params, *([exact] if exact else []), *own]:
             jobs.append(job_for(problem, load_space(problem.family).validate(p, dtype=problem.dtype,
                                                                            args=problem.args)))
     workers = max(1, min(len(jobs), os.cpu_count() or 1))

@@ -4,10 +4,10 @@ peer), and ``--held-out`` keeps one file per GPU model that runs of several fami
 per case (geometric mean and worst against each peer).
 
 ``problem`` is the problem key of the Markdown heading (``matmul/float16/nn/1024x1024x1024``); ``kernel`` is
-"autotune" for ours (``chosen_by`` says how its configuration was chosen: exact entry, rule, nearest entry, another
-GPU's entry, default; ``autotune tuned`` is the entry tuned for the shape that ``--against-db`` brings), a seed's
-or a peer's name otherwise; ``peer`` is the first peer timed on that problem, ``vs_peer`` the peer's time over
-this row's (above 1: faster than the peer).
+"autotune" for ours (``chosen_by`` says how its configuration was chosen, the lookup's ``Choice.how``: "exact",
+"rule", "nearest", "other gpu", "default", or a stand-in's tag and step such as "nn: rule"; ``autotune tuned`` is
+the entry tuned for the shape that ``--against-db`` brings), a seed's or a peer's name otherwise; ``peer`` is the
+first peer timed on that problem, ``vs_peer`` the peer's time over this row's (above 1: faster than the peer).
 """
 from __future__ import annotations
 
@@ -19,17 +19,6 @@ from typing import Any
 from ..tuning.report import table
 
 MAX_BYTES = 64 << 20
-
-
-def chosen_by(note: str | None) -> str:
-    """How the lookup chose our configuration, from its announcement (None: the exact entry)."""
-    if note is None:
-        return "exact"
-    for word, name in (("fitted rule", "rule"), ("same compute capability", "other gpu"), ("nearest", "nearest"),
-                       ("default", "default"), ("first use", "first use")):
-        if word in note:
-            return name
-    return "other"
 
 
 def problem_rows(key: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -115,4 +104,4 @@ def summary(rows: list[dict[str, Any]]) -> str:
             + (f"\n\nour configurations were chosen: {how_text}" if how_text else ""))
 
 
-__all__ = ["chosen_by", "problem_rows", "write_rows", "read_rows", "merged", "summary"]
+__all__ = ["problem_rows", "write_rows", "read_rows", "merged", "summary"]

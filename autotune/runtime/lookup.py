@@ -55,7 +55,7 @@ from .db import (
     shipped_folder,
     stale_note,
 )
-from .rules import fitted_entry, ranked_configs, rule_for, rule_note
+from .rules import fitted_entry, ranked_configs, rule_for, rule_phrase
 
 
 _cache: dict[tuple, Any] = {}
@@ -125,7 +125,8 @@ def _untuned(problem: Problem, chosen: "Choice", folders: list[Path], device: st
     if _first_use is not None and device is None:
         tuned = _first_use(problem, folders, db)
         if tuned is not None:
-            return Choice(*tuned)
+            params, note = tuned
+            return Choice(params, note, how="first use", using=note)
     return chosen
 # --
 
@@ -148,13 +149,23 @@ def database_folder(db: str | Path | None = None) -> Path:
 @dataclass(frozen=True)
 class Choice:
     """What a lookup chose: the parameters, a sentence on the fallback used (None for an exact entry), and the
-    database entry they come from with its file (None for the family's default)."""
+    database entry they come from with its file (None for the family's default).
+
+    ``how`` names the step that chose, as bench rows record it (``chosen_by``): "exact", "rule", "nearest",
+    "other gpu", "default", "first use", or for stand-in arguments their tag and the step that chose for them
+    ("nn: rule"). ``using`` is the note's phrase for what was used, which a stand-in's note quotes."""
 
     params: dict[str, Any]
     note: str | None
     entry: Entry | None = None
     path: Path | None = None
-    default: bool = False  # the family's untuned default: nothing tuned served
+    how: str = "exact"
+    using: str = ""
+
+    @property
+    def default(self) -> bool:
+        """The family's untuned default: nothing tuned served."""
+        return self.how == "default"
 
 
 def choose(problem: Problem, folders: Path | list[Path],
@@ -182,14 +193,15 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     by_rule = rule_for(problem, own)
     if by_rule:
         rule, db_file = by_rule
-        return Choice(ranked_configs(rule, problem, db_file.device)[0], rule_note(problem, name, rule, db_file))
+        return _fallback(problem, name, ranked_configs(rule, problem, db_file.device)[0], "rule",
+                         rule_phrase(problem, rule, db_file))
     # --
     found = _nearest_of(problem, own)
     if found:
         entry, db_file = found
         params, how = _fitted_nearest(entry, db_file.device, problem)
-        return Choice(params, f"no tuned entry for {problem.key} on {name}; using the nearest entry, shape "
-                              f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
+        return _fallback(problem, name, params, "nearest", f"the nearest entry, shape "
+                         f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
     if info is not None:
         others = [f for folder in folders for f in _folder_files(folder)
                   if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
@@ -199,9 +211,8 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
             params, how = _fitted_nearest(entry, info.as_dict(), problem)
-            return Choice(params, f"no tuned entry for {problem.key} on {name}; using {what} from {db_file.path} "
-                                  f"({db_file.device.get('name')}, same compute capability){how}",
-                          entry, db_file.path)
+            return _fallback(problem, name, params, "other gpu", f"{what} from {db_file.path} "
+                             f"({db_file.device.get('name')}, same compute capability){how}", entry, db_file.path)
     record = info.as_dict() if info is not None else (own[0].device if own else None)
     stood_in = _stand_in(problem, folders, device, record) if record else None
     if stood_in:
@@ -209,7 +220,15 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
                   f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)", default=True)
+                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)",
+                  how="default", using="the default configuration")
+
+
+def _fallback(problem: Problem, device_name: str, params: dict[str, Any], how: str, using: str,
+              entry: Entry | None = None, path: Path | None = None) -> Choice:
+    """A choice other than the exact entry, announced as "no tuned entry for KEY on GPU; using USING"."""
+    return Choice(params, f"no tuned entry for {problem.key} on {device_name}; using {using}", entry, path, how,
+                  using)
 
 
 def _stand_in(problem: Problem, folders: list[Path], device: str | None, record: dict[str, Any]) -> Choice | None:
@@ -219,17 +238,17 @@ def _stand_in(problem: Problem, folders: list[Path], device: str | None, record:
     space = load_space(problem.family)
     for args in problem.impl.stand_in_args(problem.args):
         chosen = choice(Problem(problem.family, problem.shape, problem.dtype, args), folders, device)
-        exact = chosen.note is None  # tuned for this very shape: taken as it is, not fitted again
+        exact = chosen.how == "exact"  # tuned for this very shape: taken as it is, not fitted again
         params = space.checked_or_none(chosen.params if exact else fitted_entry(chosen.params, problem, record),
                                        dtype=problem.dtype, args=problem.args)
         if chosen.default or params is None:
             continue
-        what = (chosen.note.split("; ", 1)[1] if chosen.note and "; " in chosen.note else
-                f"the entry for {chosen.entry.problem.key} from {chosen.path}" if chosen.entry else "its choice")
+        what = f"the entry for {chosen.entry.problem.key} from {chosen.path}" if exact else chosen.using
         tag, stand_tag = problem.impl.key_tag(problem.args), problem.impl.key_tag(args)
+        using = f"{stand_tag}'s choice for this shape ({what})"
         return Choice(params, f"no tuned entry for {problem.key} on {record.get('name')}, and no rule or entry of "
-                              f"another shape for {tag}; using {stand_tag}'s choice for this shape ({what})",
-                      chosen.entry, chosen.path)
+                              f"another shape for {tag}; using {using}", chosen.entry, chosen.path,
+                      f"{stand_tag}: {chosen.how}", using)
     return None
 
 

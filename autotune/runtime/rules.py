@@ -53,11 +53,12 @@ def _device_info(device: dict[str, Any]) -> DeviceInfo:
     return _devices[key]
 
 
-def rule_note(problem: Problem, device_name: str, rule: Rule, db_file: DbFile) -> str:
-    """The announcement of a choice by a rule: which rule, from which file, how good it was on held-out shapes."""
+def rule_phrase(problem: Problem, rule: Rule, db_file: DbFile) -> str:
+    """What a choice by a rule announces it used: which rule, from which file, how good it was on held-out
+    shapes."""
     index = rule.ranking(problem.shape)[0]
-    return (f"no tuned entry for {problem.key} on {device_name}; the fitted rule for {rule.key} in {db_file.path} "
-            f"({rule.summary()}) chose its configuration #{index}, fitted to the shape")
+    return (f"configuration #{index} of the fitted rule for {rule.key} in {db_file.path} ({rule.summary()}), "
+            f"fitted to the shape")
 
 
-__all__ = ["rule_for", "ranked_configs", "rule_note"]
+__all__ = ["rule_for", "ranked_configs", "rule_phrase"]
