@@ -23,6 +23,7 @@ from autotune.tuning.matrix import read_matrix
 
 ROOT = Path(__file__).resolve().parents[1]
 MATMUL = {"layout": "nn", "precision": "ieee", "out_dtype": None}
+TIME = {"median_ms": 1.0, "p20_ms": 0.9, "p80_ms": 1.1, "reps": 10}
 
 
 # -- shape sets -----------------------------------------------------------------------------------------
@@ -211,6 +212,49 @@ def test_rule_commands_fit_show_check_and_score(tmp_path):
     assert "1 valid rules" in cli("db", "check", "--db", "db", cwd=tmp_path).stdout
     scored = cli("rule", "score", str(fixture), "--db", "db", cwd=tmp_path)
     assert scored.returncode == 0 and "geometric mean" in scored.stdout, scored.stderr
+
+
+def test_candidates_take_the_rule_portfolios_of_models_of_the_same_compute_capability(tmp_path):
+    """A model without coverage measures what another model of its architecture kept (its rules' portfolios), after
+    its own winners and before the space's starts; a model of another compute capability gives nothing."""
+    from autotune.core.device import DeviceInfo
+    from autotune.core.rule import parse_rule
+    from autotune.core.space import config_key, load_space
+    from autotune.tuning.coverage import gather_candidates
+    from autotune.tuning.fit import FitSettings, fit_rule
+    from autotune.tuning.matrix import CrossMatrix
+
+    space, here = load_space("matmul"), {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+    problems = [Problem("matmul", s, "float32") for s in ((96, 80, 64), (300, 200, 100), (64, 500, 700))]
+    args = problems[0].args
+    own, kept, far = ([space.validate(c, dtype="float32", args=args) for c in group] for group in (
+        [{"BM": 32, "BN": 32, "BK": 8, "TM": 4, "TN": 2, "VEC": 2}],
+        [{"BM": 32, "BN": 64, "BK": 16, "TM": 4, "TN": 4, "VEC": 4}, {"BM": 64, "BN": 64, "BK": 8, "TM": 8, "TN": 4}],
+        [{"BM": 16, "BN": 64, "BK": 16, "TM": 2, "TN": 4, "VEC": 2}]))
+    starts = {config_key(space.checked_or_none(c, dtype="float32", args=args) or {}) for c in space.starts}
+    assert not {config_key(c) for c in [*kept, *far]} & starts
+
+    def rule_file(name: str, cc: str, configs: list) -> Path:
+        device = {"name": name, "cc": cc, "sm_count": 2}
+        ms = [[1.0 if j == i % len(configs) else 2.0 for j in range(len(configs))] for i in range(len(problems))]
+        matrix = CrossMatrix(device, "matmul", "float32", dict(args), [p.shape for p in problems], configs, ms)
+        path = db.db_path(tmp_path, name)
+        db.write_rules(path, device, [parse_rule(fit_rule(matrix, FitSettings(model="tree")).record)])
+        return path
+
+    rule_file("Sibling GPU", "9.0", kept)
+    rule_file("Older GPU", "8.0", far)
+    mine = db.db_path(tmp_path, here["name"])
+    db.write_entries(mine, here, [db.parse_entry(db.entry_record(problems[0], own[0], time=TIME))])
+    same_cc, unread = db.same_cc_files([tmp_path], here["name"], (9, 0))
+    assert [f.device["name"] for f in same_cc] == ["Sibling GPU"] and unread == []
+    device, files = DeviceInfo.from_record(here), [db.load_file(mine)]
+    found = [config_key(c) for c in gather_candidates(problems, device, files, 64, 0, same_cc)]
+    assert found[:3] == [config_key(c) for c in (*own, *kept)] and config_key(far[0]) not in found
+    alone = [config_key(c) for c in gather_candidates(problems, device, files, 64, 0)]
+    assert not {config_key(c) for c in kept} & set(alone) and alone[0] == config_key(own[0])
+    (tmp_path / "damaged.yaml").write_text("entries: [")
+    assert "damaged.yaml" in db.same_cc_files([tmp_path], here["name"], (9, 0))[1][0]
 
 
 # -- tuning on first use ------------------------------------------------------------------------------

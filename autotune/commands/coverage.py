@@ -30,8 +30,8 @@ def add_parsers(sub, common, chosen: list) -> None:
 def _coverage_parser(sub, common, chosen: list) -> None:
     description = ("Measure a family, dtype and arguments over its documented shape set on every GPU given, so that "
                    "`autotune rule fit` can fit the choice for shapes nobody tuned. Method cross (default): every "
-                   "candidate configuration (the database's winners, rule portfolios, the space's starts, the "
-                   "default), fitted to each shape, checked and timed on each (a cross-time matrix, written as JSON); "
+                   "candidate configuration (the database's winners, rule portfolios, also those of other GPU "
+                   "models of the same compute capability, the space's starts, the default), fitted to each shape, checked and timed on each (a cross-time matrix, written as JSON); "
                    "method tune: a search per shape. Each finished shape's fastest is written to the database at "
                    "once; a stopped run resumes where it stopped; several GPUs (--device 0,1) and hosts (--storage) "
                    "share the shapes.")
@@ -92,7 +92,7 @@ def run_coverage(args) -> int:
         return _list(impl, args.dtype, family_args, shape_set, shapes)
     if not require_gpu(args, f"coverage --family {impl.name}"):
         return EXIT_NO_GPU
-    from ..runtime.db import database_folders, db_path, load_file
+    from ..runtime.db import database_folders, db_path, load_file, same_cc_files
     from ..tuning.coverage import CoverageConfig, CoverageRun, default_compile_workers
 
     devices = gpu_indices(args.device)
@@ -117,8 +117,12 @@ def run_coverage(args) -> int:
               file=sys.stderr)
     run = CoverageRun(impl.name, args.dtype, family_args, shapes, config, device)
     if args.method == "cross":
-        files = [load_file(p) for p in (db_path(f, device.name) for f in database_folders(args.db)) if p.exists()]
-        result = run.run_cross(files)
+        folders = database_folders(args.db)
+        files = [load_file(p) for p in (db_path(f, device.name) for f in folders) if p.exists()]
+        same_cc, unread = ([], []) if args.simulator else same_cc_files(folders, device.name, device.cc)
+        for problem in unread:
+            print(f"skipped a database file that cannot be used: {problem}", file=sys.stderr)
+        result = run.run_cross(files, same_cc)
     else:
         result = run.run_tune()
     print(f"{result.case} on {device.name}: {result.done} of {result.total} shapes done ({result.done_here} by this "

@@ -449,6 +449,17 @@ def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
     return files, problems
 
 
+def same_cc_files(folders: list[Path], name: str, cc: tuple[int, int]) -> tuple[list[DbFile], list[str]]:
+    """The files of other GPU models than ``name`` in ``folders`` whose device has compute capability ``cc``
+    (their kernels run here), in folder order, and a sentence for each file of the folders that cannot be read."""
+    files, problems = [], []
+    for folder in folders:
+        found, unread = load_folder(folder)
+        problems += unread
+        files += [f for f in found if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{cc[0]}.{cc[1]}"]
+    return files, problems
+
+
 # -- writing ----------------------------------------------------------------------------------------
 def entry_record(problem: Problem, params: Mapping[str, Any], **fields: Any) -> dict[str, Any]:
     """A database entry in file form, its keys in a fixed order."""

@@ -36,7 +36,7 @@ from typing import Any
 
 from ..core import backend
 from ..core.caller import TunedKernelWarning, warn
-from ..core.device import current_device, device_slug
+from ..core.device import current_device
 from ..core.problem import Problem, shape_text
 from ..core.registry import command_spec
 from ..core.space import load_space
@@ -50,8 +50,8 @@ from .db import (
     db_path,
     folder_problem,
     load_file,
-    load_folder,
     named_folder,
+    same_cc_files,
     shipped_folder,
     stale_note,
 )
@@ -203,9 +203,7 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
         return _fallback(problem, name, params, "nearest", f"the nearest entry, shape "
                          f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
     if info is not None:
-        others = [f for folder in folders for f in _folder_files(folder)
-                  if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{info.cc[0]}.{info.cc[1]}"]
-        found = _nearest_of(problem, others, exact_first=True)
+        found = _nearest_of(problem, _same_cc_files(folders, name, info.cc), exact_first=True)
         if found:
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
@@ -319,8 +317,9 @@ def _read(path: Path) -> DbFile | None:
     return db_file
 
 
-def _folder_files(folder: Path) -> list[DbFile]:
-    files, problems = load_folder(folder)
+def _same_cc_files(folders: list[Path], name: str, cc: tuple[int, int]) -> list[DbFile]:
+    """``db.same_cc_files``, what cannot be read and what is skipped in what can be announced."""
+    files, problems = same_cc_files(folders, name, cc)
     for problem in problems:
         warn(f"skipped a database file that cannot be used: {problem}", TunedKernelWarning)
     for db_file in files:

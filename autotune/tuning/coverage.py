@@ -5,10 +5,10 @@ Two methods, both resumable and splittable over GPUs and hosts:
 
 - ``cross`` (default): the **cross-time matrix**. The candidates are the configurations that won entries of this
   family, dtype and arguments in the GPU model's database files (yours, then the shipped ones), the portfolios of
-  their rules, the family's other winners and the search space's starting configurations (where they apply), the
-  family's default, and where those are fewer than ``--min-candidates`` their one-step neighbours and a sample
-  covering every value of every parameter. Each is fitted to
-  each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
+  their rules and of the rules of other GPU models of the same compute capability, the family's other winners and
+  the search space's starting configurations (where they apply), the family's default, and where those are fewer
+  than ``--min-candidates`` their one-step neighbours and a sample covering every value of every parameter. Each
+  is fitted to each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
   (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes
   it takes (``--rep-ms``, 20 ms of runs a cell; two runs where both are ten times the row's fastest so far). The
   work waits on the GPUs rather than on compiles, so it scales with them.
@@ -116,24 +116,26 @@ def case_shapes(family: str, dtype: str, args: dict[str, Any], shape_set: str, c
 
 # -- candidates -----------------------------------------------------------------------------------------
 def gather_candidates(problems: list[Problem], device: DeviceInfo, files: list, limit: int,
-                      least: int = MIN_CANDIDATES) -> list[dict[str, Any]]:
+                      least: int = MIN_CANDIDATES, same_cc: list = ()) -> list[dict[str, Any]]:
     """The configurations to time on every shape (module docstring), in this order: the database's winners of
-    this family, dtype and arguments, the portfolios of their rules, the family's other winners (other dtypes and
-    arguments, less the parameters that do not apply here), the space's starts (likewise), the family's default;
-    then, where that makes fewer than ``least``, the one-step neighbours of those, a sample covering every value of
-    every parameter and seeded random valid configurations. Each is valid here and runnable on the device; two
-    that fit every shape to the same forms count once; at most ``limit``."""
+    this family, dtype and arguments in ``files`` (this GPU model's), the portfolios of their rules, the portfolios
+    of the rules for the case in ``same_cc`` (files of other GPU models of the same compute capability:
+    configurations a coverage on the same architecture kept), the family's other winners (other dtypes and arguments, less the
+    parameters that do not apply here), the space's starts (likewise), the family's default; then, where that makes
+    fewer than ``least``, the one-step neighbours of those, a sample covering every value of every parameter and
+    seeded random valid configurations. Each is valid here and runnable on the device; two that fit every shape to
+    the same forms count once; at most ``limit``."""
     first = problems[0]
     impl, space = first.impl, load_space(first.family)
     same = (first.family, first.dtype, dict(first.args))
-    own, portfolios, others = [], [], []
+    own, others = [], []
     for db_file in files:
         for e in db_file.entries:
             if e.problem.family == first.family:
                 mine = (e.problem.family, e.problem.dtype, dict(e.problem.args)) == same
                 (own if mine else others).append(e.params)
-        portfolios += [p for r in db_file.rules if r.serves(first.family, first.dtype, first.args, first.shape)
-                       for p in r.portfolio]
+    portfolios = [p for db_file in [*files, *same_cc] for r in db_file.rules
+                  if r.serves(first.family, first.dtype, first.args, first.shape) for p in r.portfolio]
     raw = own + portfolios + others + list(space.starts) + [impl.default_params(p) for p in problems[:1]]
     found, signatures = [], set()
 
@@ -291,15 +293,17 @@ class CoverageRun:
                     f"stays in the storage)")
 
     # -- candidates, fixed in the study ------------------------------------------------------------
-    def fix_candidates(self, files: list) -> list[dict[str, Any]]:
+    def fix_candidates(self, files: list, same_cc: list = ()) -> list[dict[str, Any]]:
         """The study's candidates: those it was created with, else gathered now and stored in it."""
         stored = self.study.user_attrs.get("candidates")
         if not stored:
             found = gather_candidates(self.problems, self.device, files, self.config.max_candidates,
-                                      self.config.min_candidates)
+                                      self.config.min_candidates, same_cc)
             self.study.set_user_attr("candidates", found)
-            self.report(f"{self.case}: {len(found)} candidates (database winners, rule portfolios, the space's "
-                        f"starts, the default)")
+            of = ", ".join(sorted({str(f.device.get("name")) for f in same_cc}))
+            also = f" (also {of}'s: the same compute capability)" if of else ""
+            self.report(f"{self.case}: {len(found)} candidates (database winners, rule portfolios{also}, the "
+                        f"space's starts, the default)")
         stored = self.study.user_attrs["candidates"]  # two hosts starting at once: the one the study kept
         self.candidates = [self.space.validate(c, dtype=self.first.dtype, args=self.first.args) for c in stored]
         self.columns = candidates_digest(self.candidates)
@@ -406,14 +410,14 @@ class CoverageRun:
                                                                                 self.config.shape_set)
 
     # -- the cross-time matrix --------------------------------------------------------------------
-    def run_cross(self, files: list) -> CoverageResult:
+    def run_cross(self, files: list, same_cc: list = ()) -> CoverageResult:
         from .worker import CompilePool, Worker
 
         cfg = self.config
         released = self.units.release_dead()
         if released:
             self.report(f"resumed: {released} shape(s) a stopped run had claimed are free again")
-        self.fix_candidates(files)
+        self.fix_candidates(files, same_cc)
         pending = self.pending()
         forms = {p.shape: self._forms(p) for p in pending}
         distinct = {config_key(f): f for row in forms.values() for f in row if f is not None}
