@@ -398,8 +398,10 @@ def test_stacks_of_transposed_and_strided_device_matrices(rng, monkeypatch, empt
     got = autotune.matmul(reversed_stack, b).copy_to_host()
     np.testing.assert_array_equal(got, A[::-2].astype(np.float64) @ B)
     assert main_launches(launched) == ["matmul"] * 3
-    with pytest.raises(ValueError, match="strided view"):
+    with pytest.raises(ValueError, match=r"the matrices of A \(shape \(3, 9, 19\).* are strided view"):
         autotune.matmul(cuda.to_device(A)[::2, ::2], b)
+    with pytest.raises(ValueError, match=r"the matrices of B \(shape \(3, 19, 23\).* F-contiguous"):
+        autotune.matmul(A[:3], np.asfortranarray(B))  # the whole operand named, not one matrix of it
 
 
 def test_three_batch_levels_launch_once_per_leading_index(rng, monkeypatch, empty_database):

@@ -122,13 +122,33 @@ def test_refused_calls_say_why(rng):
         autotune.sum(x, dtype=np.float64)
     with pytest.raises(TypeError, match="dtype=int32 is not supported; a sum of int32 gives int64"):
         autotune.sum(x.astype(np.int32), dtype=np.int32)
-    with pytest.raises(TypeError, match="astype"):
-        autotune.sum(x.astype(np.int32), axis=())
     assert autotune.sum(x, dtype="f4") == pytest.approx(x.astype(np.float64).sum(), rel=1e-5)
     with pytest.raises(ValueError, match="strided view"):
         autotune.sum(cuda.to_device(x)[:, ::2])
     with pytest.raises(TypeError, match="axis"):
         autotune.sum(x, axis=1.0)
+
+
+def test_over_no_axis_as_numpy_converting_where_it_does_and_a_0d_result_is_a_scalar(rng):
+    """A reduction over no axis (a 0-d input, ``axis=()``) is the array itself, converted where NumPy converts it
+    (an int32 sum is int64: the kernel over a unit axis); any 0-d result is a NumPy scalar, with keepdims too."""
+    x = rng.integers(-2**31, 2**31 - 1, size=(3, 37), dtype=np.int32)
+    for axis in ((), None):
+        for keepdims in (False, True):
+            data = x if axis == () else np.array(x[1, 5])
+            got, want = autotune.sum(data, axis=axis, keepdims=keepdims), np.sum(data, axis=axis, keepdims=keepdims)
+            assert type(got) is type(want) and got.dtype == want.dtype == np.int64 and np.shape(got) == np.shape(want)
+            np.testing.assert_array_equal(got, want)
+    for op in ("sum", "max", "nanmin"):
+        v = np.array(rng.standard_normal(), dtype=np.float32)
+        for kwargs in ({"keepdims": True}, {"axis": ()}, {"axis": (), "keepdims": True}, {}):
+            got, want = getattr(autotune, op)(v, **kwargs), getattr(np, op)(v, **kwargs)
+            assert type(got) is type(want) is np.float32 and got == want, (op, kwargs)
+    y = x.astype(np.float32).copy(order="F")
+    y[0, 0] = np.nan
+    out = np.full(y.shape, 7.0, np.float32, order="F")
+    assert autotune.nanmax(y, axis=(), out=out) is out
+    np.testing.assert_array_equal(out, y)
 
 
 def test_axis_and_keepdims_numpy_refuses_are_refused_even_after_a_replayed_call(rng):

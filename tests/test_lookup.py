@@ -253,6 +253,16 @@ def test_each_step_names_itself_and_the_bench_row_records_it(folder, tmp_path, m
              [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A)])
     assert how((64, 64, 64), folders=(tmp_path / "empty", other)) == "other gpu"
     assert how((64, 64, 64), "tn", folders=(tmp_path / "empty", other)) == "nn: other gpu"
+    clustered = Problem("matmul", (19, 23, 29), "float16")  # a cluster of 2 shares A's tiles: not for a transposed A
+    params = load_space("matmul").validate({"BM": 256, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1,
+                                            "CLUSTER": 2, "ASYNC_STAGES": 4}, dtype="float16", args=clustered.args)
+    db.write_entries(db.db_path(tmp_path / "half", SIM["name"]), SIM,
+                     [db.parse_entry(db.entry_record(clustered, params, time=TIME))])
+    tn = lk.choice(Problem("matmul", (19, 23, 29), "float16", {"layout": "tn"}), [tmp_path / "half"])
+    assert tn.how == "default" and "(nn's choice for this shape, the entry for matmul/float16/nn/19x23x29 from " \
+        f"{db.db_path(tmp_path / 'half', SIM['name'])}, is not valid for tn); using the default" in tn.note
+    assert lk.choice(Problem("matmul", (19, 23, 29), "float16", {"layout": "nt"}), [tmp_path / "half"]).how == \
+        "nn: exact"
     monkeypatch.setattr("autotune.commands.bench.bench", lambda *a, **k: __import__("types").SimpleNamespace(
         median_ms=1.0))  # the simulator's timing is not what this test is about
     rows = bench_problem(Problem("matmul", (33, 17, 9), "float32", {"layout": "nt"}), [folder], None, seeds=False,

@@ -212,13 +212,13 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
             return _fallback(problem, name, params, "other gpu", f"{what} from {db_file.path} "
                              f"({db_file.device.get('name')}, same compute capability){how}", entry, db_file.path)
     record = info.as_dict() if info is not None else (own[0].device if own else None)
-    stood_in = _stand_in(problem, folders, device, record) if record else None
+    stood_in, passed_over = _stand_in(problem, folders, device, record) if record else (None, [])
     if stood_in:
         return stood_in
     where = ", ".join(_folder_text(f) for f in folders) or "no database folder"
     return Choice(problem.impl.default_params(problem),
-                  f"no tuned entry for {problem.key} on {name} in {where}; using the default configuration (run "
-                  f"`{tune_command(problem, folders[0] if folders else None)}` to tune it)",
+                  f"no tuned entry for {problem.key} on {name} in {where}{''.join(passed_over)}; using the default "
+                  f"configuration (run `{tune_command(problem, folders[0] if folders else None)}` to tune it)",
                   how="default", using="the default configuration")
 
 
@@ -229,25 +229,31 @@ def _fallback(problem: Problem, device_name: str, params: dict[str, Any], how: s
                   using)
 
 
-def _stand_in(problem: Problem, folders: list[Path], device: str | None, record: dict[str, Any]) -> Choice | None:
+def _stand_in(problem: Problem, folders: list[Path], device: str | None,
+              record: dict[str, Any]) -> tuple[Choice | None, list[str]]:
     """Where nothing is tuned for the problem's arguments, the choice for the family's stand-in arguments of the
     same shape (``KernelFamily.stand_in_args``: matmul's layout nn for tn, nt and tt), fitted to the problem and
-    valid for it; None where none is (then the default)."""
+    valid for it; None where none is (then the default), with a clause for each stand-in choice that was tuned but
+    is not valid for the problem's arguments (the default's note says so)."""
     space = load_space(problem.family)
+    tag, passed_over = problem.impl.key_tag(problem.args), []
     for args in problem.impl.stand_in_args(problem.args):
         chosen = choice(Problem(problem.family, problem.shape, problem.dtype, args), folders, device)
+        if chosen.default:
+            continue
         exact = chosen.how == "exact"  # tuned for this very shape: taken as it is, not fitted again
         params = space.checked_or_none(chosen.params if exact else fitted_entry(chosen.params, problem, record),
                                        dtype=problem.dtype, args=problem.args)
-        if chosen.default or params is None:
-            continue
         what = f"the entry for {chosen.entry.problem.key} from {chosen.path}" if exact else chosen.using
-        tag, stand_tag = problem.impl.key_tag(problem.args), problem.impl.key_tag(args)
+        stand_tag = problem.impl.key_tag(args)
+        if params is None:
+            passed_over.append(f" ({stand_tag}'s choice for this shape, {what}, is not valid for {tag})")
+            continue
         using = f"{stand_tag}'s choice for this shape ({what})"
         return Choice(params, f"no tuned entry for {problem.key} on {record.get('name')}, and no rule or entry of "
                               f"another shape for {tag}; using {using}", chosen.entry, chosen.path,
-                      f"{stand_tag}: {chosen.how}", using)
-    return None
+                      f"{stand_tag}: {chosen.how}", using), passed_over
+    return None, passed_over
 
 
 def tune_command(problem: Problem, folder: Path | None = None) -> str:

@@ -119,6 +119,7 @@ def stack_plans(a2, b2, c3, batch: tuple[int, ...], dtype: str, kernel_args: dic
         return stack_plans(a2.reshape(rows, K), b, c3.reshape(rows, N), (), dtype, kernel_args, stream)
     split = stack_split(a2, b2, batch)
     if split is None:
+        check_stack_matrices(a2, b2, batch)
         return [stack_plans(stacked(a2, index, batch), stacked(b2, index, batch), c3[index], (), dtype,
                             kernel_args, stream)[0] for index in np.ndindex(*batch)]
     layout = "".join(batching.matrix_order(tuple(x.shape)[-2:], batching.element_strides(x)[-2:])
@@ -126,6 +127,22 @@ def stack_plans(a2, b2, c3, batch: tuple[int, ...], dtype: str, kernel_args: dic
     kernel = tuned_kernel("matmul", (math.prod(batch[split:]), M, N, K), dtype, layout=layout, **kernel_args)
     return [kernel.bind(leading(a2, index, batch), leading(b2, index, batch), c3[index] if index else c3,
                         stream=stream) for index in np.ndindex(*batch[:split])]
+
+
+def check_stack_matrices(a2, b2, batch: tuple[int, ...]) -> None:
+    """Refuse, naming the whole operand, a stack whose matrices are in neither layout the kernels read (each matrix
+    C-contiguous or the transpose of one; an F-contiguous stack's are neither: its first index runs fastest). Every
+    matrix of a stack has the first one's strides, so the first one answers for all."""
+    for x, name in ((a2, "A"), (b2, "B")):
+        if x.ndim < 3 or not x.size:
+            continue
+        try:
+            layout_of(stacked(x, (0,) * len(batch), batch), name)
+        except ValueError:
+            raise ValueError(f"matmul: the matrices of {name} (shape {tuple(x.shape)}, strides {tuple(x.strides)} "
+                             f"bytes) are strided views, neither C-contiguous nor the transposes of C-contiguous "
+                             f"matrices that autotune reads (an F-contiguous stack's matrices are such views): copy "
+                             f"it first (np.ascontiguousarray, cupy.ascontiguousarray, tensor.contiguous())") from None
 
 
 def stack_split(a2, b2, batch: tuple[int, ...]) -> int | None:

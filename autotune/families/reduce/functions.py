@@ -84,13 +84,11 @@ def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, li
     y_base = None if dy is None else (dy if order == "C" else c_base(dy))
     if dy is not None and order_of(dy, "y") != order:
         raise ValueError("dot: both operands must have the same layout (both C- or both F-contiguous)")
-    outer, extent, inner = collapse(tuple(base.shape), base_axes)
-    if not axes and answer_dtype != dtype_name:
-        raise TypeError(f"{op} over no axis of {dtype_name} would only convert it to {answer_dtype}: use astype")
+    outer, extent, inner = collapse(tuple(base.shape), base_axes)  # no axis: (size, 1, 1)
     result = result_array(out, answer_shape, answer_dtype, order, launch_stream)
     replay.follow()
-    if not axes:
-        copy_into(result, d, launch_stream)
+    if not axes and answer_dtype == dtype_name:  # over no axis (0-d, axis=()): the array itself; where NumPy
+        copy_into(result, d, launch_stream)       # converts it (an int32 sum: int64), the kernel over a unit axis
     elif extent == 0 and op not in ("sum", "dot"):
         raise ValueError(f"zero-size array to reduction operation {op} which has no identity")
     elif outer * inner and extent:
@@ -101,7 +99,7 @@ def reduce_call(op: str, x, axis, keepdims: bool, dtype, out, stream, y=None, li
         replay.run(kernel.bind(*inputs, out=target, stream=launch_stream), result)
     elif outer * inner:
         zero_fill(result, launch_stream)
-    return returned(result, library, out, scalar=not keepdims and len(answer_shape) == 0)
+    return returned(result, library, out, scalar=len(answer_shape) == 0)  # a 0-d input with keepdims too
 
 
 def problem_form(outer: int, extent: int, inner: int) -> tuple[tuple[int, ...], Any]:
