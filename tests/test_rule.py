@@ -487,8 +487,8 @@ def test_exact_entries_come_first_then_the_rule(tmp_path, rng):
     assert "using nn's choice for this shape (configuration #" in note and "of the fitted rule for matmul/float32/nn" \
         in note
     assert params["BM"] == SMALL["BM"]
-    assert [choice(Problem("matmul", (500, 300, 100), "float32", {"layout": layout}), [tmp_path], device=SIM["name"]).how
-            for layout in ("nn", "tn")] == ["rule", "nn: rule"]
+    assert [choice(Problem("matmul", (500, 300, 100), "float32", {"layout": layout}), [tmp_path],
+                   device=SIM["name"]).how for layout in ("nn", "tn")] == ["rule", "nn: rule"]
     _, note = choose(Problem("matmul", (500, 300, 100), "float64", {"layout": "tn"}), [tmp_path], device=SIM["name"])
     assert "default configuration" in note
 

@@ -31,8 +31,9 @@ def _coverage_parser(sub, common, chosen: list) -> None:
     description = ("Measure a family, dtype and arguments over its documented shape set on every GPU given, so that "
                    "`autotune rule fit` can fit the choice for shapes nobody tuned. Method cross (default): every "
                    "candidate configuration (the database's winners, rule portfolios, also those of other GPU "
-                   "models of the same compute capability, the space's starts, the default), fitted to each shape, checked and timed on each (a cross-time matrix, written as JSON); "
-                   "method tune: a search per shape. Each finished shape's fastest is written to the database at "
+                   "models of the same compute capability, the space's starts, the default), fitted to each shape, "
+                   "checked and timed on each (a cross-time matrix, written as JSON); method tune: a search per "
+                   "shape. Each finished shape's fastest is written to the database at "
                    "once; a stopped run resumes where it stopped; several GPUs (--device 0,1) and hosts (--storage) "
                    "share the shapes.")
     p = sub.add_parser("coverage", parents=[common], description=description,

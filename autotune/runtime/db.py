@@ -452,11 +452,11 @@ def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
 def same_cc_files(folders: list[Path], name: str, cc: tuple[int, int]) -> tuple[list[DbFile], list[str]]:
     """The files of other GPU models than ``name`` in ``folders`` whose device has compute capability ``cc``
     (their kernels run here), in folder order, and a sentence for each file of the folders that cannot be read."""
-    files, problems = [], []
+    files, problems, wanted = [], [], f"{cc[0]}.{cc[1]}"
     for folder in folders:
         found, unread = load_folder(folder)
         problems += unread
-        files += [f for f in found if f.path.stem != device_slug(name) and str(f.device.get("cc")) == f"{cc[0]}.{cc[1]}"]
+        files += [f for f in found if f.path.stem != device_slug(name) and str(f.device.get("cc")) == wanted]
     return files, problems
 
 

@@ -5,13 +5,13 @@ Two methods, both resumable and splittable over GPUs and hosts:
 
 - ``cross`` (default): the **cross-time matrix**. The candidates are the configurations that won entries of this
   family, dtype and arguments in the GPU model's database files (yours, then the shipped ones), the portfolios of
-  their rules and of the rules of other GPU models of the same compute capability, the family's other winners and
-  the search space's starting configurations (where they apply), the family's default, and where those are fewer
-  than ``--min-candidates`` their one-step neighbours and a sample covering every value of every parameter. Each
-  is fitted to each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
-  (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes
-  it takes (``--rep-ms``, 20 ms of runs a cell; two runs where both are ten times the row's fastest so far). The
-  work waits on the GPUs rather than on compiles, so it scales with them.
+  their rules and of the rules of other GPU models of the same compute capability, the family's other winners and the
+  search space's starting configurations (where they apply), the family's default, and where those are fewer than
+  ``--min-candidates`` their one-step neighbours and a sample covering every value of every parameter. Each is fitted
+  to each shape (``KernelFamily.fit_config``), every distinct fitted form is compiled once by a pool of CPU processes
+  (a compiled kernel serves every shape), and each GPU then checks and briefly times every candidate on the shapes it
+  takes (``--rep-ms``, 20 ms of runs a cell; two runs where both are ten times the row's fastest so far). The work
+  waits on the GPUs rather than on compiles, so it scales with them.
 - ``tune``: a search per shape (``Tuner``, ``--trials`` and ``--budget-s`` each), one shape per GPU at a time, each
   GPU with its share of the compile processes; slower per shape, and the way to find new winners for the matrix.
 
@@ -117,10 +117,10 @@ def case_shapes(family: str, dtype: str, args: dict[str, Any], shape_set: str, c
 # -- candidates -----------------------------------------------------------------------------------------
 def gather_candidates(problems: list[Problem], device: DeviceInfo, files: list, limit: int,
                       least: int = MIN_CANDIDATES, same_cc: list = ()) -> list[dict[str, Any]]:
-    """The configurations to time on every shape (module docstring), in this order: the database's winners of
-    this family, dtype and arguments in ``files`` (this GPU model's), the portfolios of their rules, the portfolios
-    of the rules for the case in ``same_cc`` (files of other GPU models of the same compute capability:
-    configurations a coverage on the same architecture kept), the family's other winners (other dtypes and arguments, less the
+    """The configurations to time on every shape (module docstring), in this order: the database's winners of this
+    family, dtype and arguments in ``files`` (this GPU model's), the portfolios of their rules, the portfolios of the
+    rules for the case in ``same_cc`` (files of other GPU models of the same compute capability: configurations a
+    coverage on the same architecture kept), the family's other winners (other dtypes and arguments, less the
     parameters that do not apply here), the space's starts (likewise), the family's default; then, where that makes
     fewer than ``least``, the one-step neighbours of those, a sample covering every value of every parameter and
     seeded random valid configurations. Each is valid here and runnable on the device; two that fit every shape to
