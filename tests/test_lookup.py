@@ -236,8 +236,9 @@ def test_the_functions_read_the_database_folder_named_now(tmp_path, monkeypatch,
 
 
 def test_each_step_names_itself_and_the_bench_row_records_it(folder, tmp_path, monkeypatch):
-    """``Choice.how`` names the step that chose, a stand-in's with its arguments' tag and their step; the bench's row
-    for ours records it as ``chosen_by`` (the note's words once decided it, and called nn's rule "rule")."""
+    """``Choice.how`` names the step that chose, a stand-in's with its arguments' tag and their step; where nn's
+    choice is not valid for the layout, the default's note says so; the bench's row for ours records ``how`` as
+    ``chosen_by`` (the note's words once decided it, and called nn's rule "rule")."""
     from autotune.commands.bench import bench_problem
     from autotune.runtime import lookup as lk
 
