@@ -387,6 +387,15 @@ def rule_raw(**change):
     ({"tree": None, "nearest": [{"shape": [4, 4, 4], "use": [0]}], "features": [0, 3]}, "'features'"),
     ({"tree": None, "nearest": [{"shape": [4, 4, 4], "use": [0]}], "features": [[1, 0]]}, "'features'"),
     ({"tree": None, "nearest": [{"shape": [4, 4, 4], "use": [0]}], "features": [0, 0]}, "twice"),
+    ({"fill_alpha": 0.5}, "'fill_alpha' belongs to a nearest model"),
+    ({"tree": None, "nearest": [{"shape": [4, 4, 4], "slowdown": [1, 2]}], "neighbours": 3, "fill_alpha": -1},
+     "'fill_alpha' must be"),
+    ({"tree": None, "nearest": [{"shape": [4, 4, 4], "slowdown": [1, 2]}], "neighbours": 3, "fill_alpha": 0.5},
+     "and 'fill'"),
+    ({"tree": None, "nearest": [{"shape": [4, 4, 4], "slowdown": [1, 2], "fill": [1, 0]}], "neighbours": 3,
+      "fill_alpha": 0.5}, "'fill' must"),
+    ({"tree": None, "nearest": [{"shape": [4, 4, 4], "slowdown": [1, 2], "fill": [1, 0.5]}], "neighbours": 3},
+     "'use' \\(or 'slowdown'\\)"),
 ])
 def test_a_bad_rule_is_refused_naming_the_field(change, field):
     parse_rule(rule_raw())
@@ -435,6 +444,84 @@ def test_a_merge_keeps_the_files_own_rule_unless_forced(tmp_path):
     assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (0, 1)
     assert db.write_rules(path, SIM, [theirs])[0].startswith("replaced the rule for matmul/float32/nn")
     assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (1, 0)
+
+
+# -- the vote corrected by how each configuration fills the shape ------------------------------------------
+FILL_DEVICE = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+BIG = {"BM": 128, "BN": 128, "BK": 8, "TM": 8, "TN": 8, "VEC": 4}
+
+
+def filled_matrix(rng, count=60):
+    """A matrix whose truth is the fill: each candidate's time is a per-candidate constant times the shape's work
+    over the candidate's filled fraction of it (big 128 x 128 tiles, 1.25x faster per tile than SMALL's 32 x 32,
+    but overhanging small or ragged shapes), with 1% noise: a vote corrected by fill with alpha 1 recovers it."""
+    impl, space = family_named("matmul"), load_space("matmul")
+    device = DeviceInfo.from_record(FILL_DEVICE)
+    configs = [space.validate(c, dtype="float32", args=ARGS) for c in (BIG, SMALL)]
+    shapes, ms = [], []
+    while len(shapes) < count:
+        shape = tuple(int(d) for d in np.round(2 ** rng.uniform((5, 5, 6), (10, 10, 11))))
+        if shape in shapes:
+            continue
+        problem = Problem("matmul", shape, "float32")
+        fills = [impl.filled_fraction(c, problem, device, space) for c in configs]
+        shapes.append(shape)
+        ms.append([math.prod(shape) * 1e-9 * k / f * math.exp(rng.normal(0, 0.01))
+                   for k, f in zip((1.0, 1.25), fills)])
+    return CrossMatrix(FILL_DEVICE, "matmul", "float32", dict(ARGS), shapes, configs, ms)
+
+
+def test_matmul_fills_are_tile_padding_times_the_last_waves_filling():
+    """130 rows in 128-row tiles pad to 256; three 64-row tiles on 2 SMs leave the second wave half empty; gemv and
+    the reduce family have no tiles over C (1.0)."""
+    impl, space = family_named("matmul"), load_space("matmul")
+    device = DeviceInfo.from_record(FILL_DEVICE)
+    big = space.validate(BIG, dtype="float32", args=ARGS)
+    problem = Problem("matmul", (130, 128, 64), "float32")
+    fitted = impl.fit_config(big, problem, device, space)
+    blocks = 2 * fitted.get("SPLIT_K", 1)
+    assert impl.filled_fraction(big, problem, device, space) == pytest.approx(
+        130 / 256 * blocks / (math.ceil(blocks / 2) * 2))
+    wide = space.validate({**BIG, "BM": 64}, dtype="float32", args=ARGS)
+    odd = Problem("matmul", (192, 128, 16), "float32")  # K too short to split: 3 blocks on 2 SMs
+    assert impl.fit_config(wide, odd, device, space)["SPLIT_K"] == 1
+    assert impl.filled_fraction(wide, odd, device, space) == pytest.approx(3 / 4)
+    reduce = Problem("reduce", (1000, 3), "float32", {"op": "sum", "axis": 1})
+    assert reduce.impl.filled_fraction(reduce.impl.default_params(reduce), reduce, device,
+                                       load_space("reduce")) == 1.0
+
+
+def test_a_vote_corrected_by_fill_is_fitted_stored_and_chosen_by(tmp_path, rng):
+    """On a matrix whose truth is the fill, the corrected vote is chosen over the plain one by cross-validation
+    (nested: the held-out quality never saw its shapes pick alpha), and beats it; its rule stores each neighbour's
+    fills, reads back equal, and the lookup ranks with the new shape's fills: where the plain vote and the
+    corrected one disagree, the lookup takes the corrected one's choice, the truth."""
+    matrix = filled_matrix(rng)
+    result = fit_rule(matrix, FitSettings(model="nearest", fill_alphas="0,1", folds=4))
+    assert result.model == "nearest@1" and result.record["fill_alpha"] == 1.0
+    assert result.models["nearest@1"].geomean > result.models["nearest"].geomean + 0.003
+    assert result.held_out.geomean > 0.98 and all("fill" in item for item in result.record["nearest"])
+    path = db.db_path(tmp_path, FILL_DEVICE["name"])
+    db.write_rules(path, FILL_DEVICE, [parse_rule(result.record)])
+    rule = db.load_file(path).rules[0]
+    assert rule.wants_fills and "corrected by the configurations' fill (alpha 1)" in rule.summary()
+    impl, space, device = family_named("matmul"), load_space("matmul"), DeviceInfo.from_record(FILL_DEVICE)
+    disagree = 0
+    for shape in [tuple(int(d) for d in np.round(2 ** rng.uniform((5, 5, 6), (10, 10, 11)))) for _ in range(200)]:
+        problem = Problem("matmul", shape, "float32")
+        fills = [impl.filled_fraction(c, problem, device, space) for c in rule.portfolio]
+        cost = [(1.0 if config_key(c) == config_key(matrix.candidates[0]) else 1.25) / f
+                for c, f in zip(rule.portfolio, fills)]
+        truth = min(range(len(cost)), key=cost.__getitem__)
+        if rule.ranking(shape)[0] == rule.ranking(shape, tuple(fills))[0] or max(cost) < 1.05 * min(cost):
+            continue  # the votes agree, or the truth is within the timings' noise
+        disagree += 1
+        params, note = choose(problem, [tmp_path], device=FILL_DEVICE["name"])
+        assert params["BM"] == rule.portfolio[truth]["BM"] and "alpha 1" in note, shape
+    assert disagree >= 5
+    legacy = fit_rule(matrix, FitSettings(model="nearest", fill_alphas="0", folds=4))
+    assert "fill_alpha" not in legacy.record and "fill" not in legacy.record["nearest"][0]
+    assert fit_rule(matrix, settings_of(result.record)).record == result.record  # fitted again, the same
 
 
 # -- the matrix file ----------------------------------------------------------------------------------

@@ -189,6 +189,10 @@ def _rule_parser(sub, common) -> None:
     fit.add_argument("--features", choices=FEATURE_CHOICES, default=default.features,
                      help="nearest model: what the distance measures: the family's features (default; matmul: M, "
                           "N, K and M*N) or the dimensions alone")
+    fit.add_argument("--fill-alphas", default=default.fill_alphas, metavar="A,B,...",
+                     help=f"nearest model: the corrections of the neighbours' slowdowns by how each configuration "
+                          f"fills the new shape (the family's filled_fraction) to try, chosen like the model "
+                          f"(default {default.fill_alphas}; 0: uncorrected)")
     fit.add_argument("--folds", type=positive_int, default=default.folds,
                      help=f"cross-validation folds (default {default.folds})")
     fit.add_argument("--seed", type=int, default=default.seed, help=f"seed of the folds (default {default.seed})")
@@ -221,12 +225,18 @@ def _rule_parser(sub, common) -> None:
 def run_rule_fit(args) -> int:
     from ..core.rule import parse_rule
     from ..runtime.db import db_dir, db_path, write_rules
-    from ..tuning.fit import FitSettings, fit_rule
+    from ..tuning.fit import FitSettings, fit_rule, parse_alphas
     from ..tuning.matrix import read_matrix
 
     settings = FitSettings(max_portfolio=args.max_portfolio, threshold=args.threshold, max_depth=args.depth,
                            min_leaf=args.min_leaf, folds=args.folds, seed=args.seed, model=args.model,
-                           neighbours=args.neighbours, features=args.features, selection=args.selection)
+                           neighbours=args.neighbours, features=args.features, selection=args.selection,
+                           fill_alphas=args.fill_alphas)
+    try:
+        parse_alphas(settings.fill_alphas)
+    except ValueError as exc:
+        print(f"autotune rule fit: {exc}", file=sys.stderr)
+        return 2
     refused = 0
     for name in args.matrix:
         matrix = read_matrix(name)
@@ -273,7 +283,7 @@ def run_rule_score(args) -> int:
     from ..core.device import DeviceInfo
     from ..core.space import config_key, load_space
     from ..runtime.db import database_folders, db_path, load_file
-    from ..runtime.rules import rule_for
+    from ..runtime.rules import ranking, rule_for
     from ..tuning.fit import Quality
     from ..tuning.matrix import read_matrix
 
@@ -294,7 +304,8 @@ def run_rule_score(args) -> int:
     efficiencies, unknown = [], []
     for r in rows:
         problem = matrix.problem(matrix.shapes[r])
-        chosen = config_key(problem.impl.fit_config(rule.choice(problem.shape), problem, device, space))
+        chosen = config_key(problem.impl.fit_config(rule.portfolio[ranking(rule, problem, db_file.device)[0]],
+                                                    problem, device, space))
         cells = {config_key(problem.impl.fit_config(c, problem, device, space)): i
                  for i, c in enumerate(matrix.candidates)}
         column = cells.get(chosen)

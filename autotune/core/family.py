@@ -369,6 +369,15 @@ class KernelFamily(abc.ABC):
         depends on the shape and the GPU's multiprocessor count only."""
         return dict(params)
 
+    def filled_fraction(self, params: Mapping[str, Any], problem: "Problem", device: "DeviceInfo",
+                        space: "SearchSpace") -> float:
+        """The fraction of the work that ``params``, fitted to ``problem`` (``fit_config``), launches which is the
+        problem's own: above 0, at most 1. A fitted rule's vote corrects each neighbour's slowdown of a
+        configuration by how much better or worse it fills the new shape (core/rule.py), since a configuration
+        whose tiles overhang a shape, or leave the last wave of blocks half empty, loses time there that its
+        neighbours' timings do not show. The default, 1.0: no such notion (no correction)."""
+        return 1.0
+
     def stand_in_args(self, args: Mapping[str, Any]) -> list[dict[str, Any]]:
         """Arguments whose tuned choices may serve ``args`` where nothing is tuned for ``args`` themselves, best
         first (matmul: layout nn's for the transposed layouts, whose kernels take the same configurations): the

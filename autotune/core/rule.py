@@ -15,6 +15,11 @@ and a **model** that ranks them for any shape. Two models exist, both determinis
   configuration's time there over the best time known for the shape (1000 where it failed); a new shape ranks the
   configurations by the sum over its k nearest coverage shapes (the first in file order on equal distances) of
   log(slowdown) weighted by 1 / (distance + 0.5): the configuration expected to lose least time comes first.
+  With ``fill_alpha`` above 0, each coverage shape also holds ``fill``: the fraction of the work each portfolio
+  configuration, fitted to it, launches that is the shape's own (``KernelFamily.filled_fraction``: matmul's tile
+  padding times its last wave's filling); each neighbour's log(slowdown) of a configuration is then corrected by
+  fill_alpha * (log(its fill there) - log(its fill on the new shape)): a configuration whose tiles fit the
+  neighbours but overhang the new shape, or leave its last wave half empty, is expected to lose that time too.
 
 The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first
 few. The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
@@ -45,9 +50,11 @@ MAX_RANK = 8
 MAX_NEIGHBOURS = 64
 MAX_FEATURES = 16
 MAX_SLOWDOWN = 1e6
-FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "features", "neighbours", "quality", "fit", "data",
-          "date")
+FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "features", "neighbours", "fill_alpha", "quality",
+          "fit", "data", "date")
+MAX_FILL_ALPHA = 4.0
 NEAREST_OFFSET = 0.5  # the weight of a neighbour at distance d (in log2 units) is 1 / (d + NEAREST_OFFSET)
+MIN_FILL = 1e-4  # a filled fraction is at least this (a file's at least 0.0001: 4 significant digits)
 SIZE = "size"  # the feature that is the product of all dimensions
 
 
@@ -61,11 +68,13 @@ Feature = Union[int, tuple]
 
 class Neighbour(NamedTuple):
     """A coverage shape of a nearest model: its features (log2), its ranking (portfolio indices, best first) and,
-    where the rule votes among several neighbours, log(slowdown) per portfolio configuration."""
+    where the rule votes among several neighbours, log(slowdown) per portfolio configuration, and where the rule
+    corrects the vote by the configurations' fill, log(fill) of each there."""
 
     point: tuple
     ranking: tuple
     losses: Union[tuple, None] = None
+    fills: Union[tuple, None] = None
 
 
 class Split(NamedTuple):
@@ -96,6 +105,7 @@ class Rule:
     nearest: tuple = ()
     features: tuple = ()
     neighbours: int = 1
+    fill_alpha: float = 0.0
     quality: dict[str, Any] = field(default_factory=dict)
     record: dict[str, Any] = field(default_factory=dict)
     _table: Any = field(default=None, compare=False, repr=False)  # the nearest items as arrays, for speed
@@ -104,7 +114,10 @@ class Rule:
         if self.nearest:
             points = np.array([item[0] for item in self.nearest], dtype=float)
             losses = np.array([item[2] for item in self.nearest], dtype=float) if self.neighbours > 1 else None
-            object.__setattr__(self, "_table", (points, losses))
+            corrected = None
+            if self.fill_alpha > 0:  # each neighbour's losses with its fills' part of the correction folded in
+                corrected = losses + self.fill_alpha * np.array([item[3] for item in self.nearest], dtype=float)
+            object.__setattr__(self, "_table", (points, losses, corrected))
 
     @property
     def model(self) -> str:
@@ -118,22 +131,32 @@ class Rule:
     def serves(self, family: str, dtype: str, args: Mapping[str, Any], shape: tuple[int, ...]) -> bool:
         return (family, dtype, dict(args), len(shape)) == (self.family, self.dtype, self.args, self.rank)
 
-    def ranking(self, shape: tuple[int, ...]) -> tuple[int, ...]:
-        """Portfolio indices for ``shape``, best first (the model's leaf or nearest shape)."""
+    def ranking(self, shape: tuple[int, ...], fills: Union[tuple, None] = None) -> tuple[int, ...]:
+        """Portfolio indices for ``shape``, best first (the model's leaf or nearest shape). ``fills``: each portfolio
+        configuration's filled fraction of ``shape`` (``KernelFamily.filled_fraction``), which a rule with
+        ``fill_alpha`` needs (``runtime.rules.ranking`` gives it); without it such a rule votes uncorrected."""
         if self.tree is not None:
             node = self.tree
             while isinstance(node, Split):
                 node = node.below if feature_value(shape, node.feature) <= node.at else node.above
             return node
-        points, losses = self._table
+        points, losses, corrected = self._table
         distances = np.abs(points - np.array(feature_point(shape, self.features))).sum(axis=1)
         if self.neighbours <= 1:
             return self.nearest[int(np.argmin(distances))][1]  # the first of equally near ones
+        if corrected is not None and fills is not None:
+            query = self.fill_alpha * np.log(np.maximum(np.array(fills, dtype=float), MIN_FILL))
+            return vote(distances, corrected, self.neighbours, query)
         return vote(distances, losses, self.neighbours)
 
-    def choice(self, shape: tuple[int, ...]) -> dict[str, Any]:
+    @property
+    def wants_fills(self) -> bool:
+        """Whether ``ranking`` takes the portfolio's filled fractions of the shape (a vote corrected by them)."""
+        return self.tree is None and self.neighbours > 1 and self.fill_alpha > 0
+
+    def choice(self, shape: tuple[int, ...], fills: Union[tuple, None] = None) -> dict[str, Any]:
         """The portfolio configuration the rule picks for ``shape`` (before the family fits it to the shape)."""
-        return self.portfolio[self.ranking(shape)[0]]
+        return self.portfolio[self.ranking(shape, fills)[0]]
 
     def summary(self) -> str:
         """One line on what the rule is and how well it did on shapes it was not fitted on."""
@@ -142,7 +165,9 @@ class Rule:
         if "held_out_geomean" in q:
             held = (f", on held-out shapes {q['held_out_geomean']:.3f} of the best time in geometric mean and "
                     f"{q.get('held_out_worst', float('nan')):.3f} at worst")
-        return f"a {self.model} over a portfolio of {len(self.portfolio)} configurations{held}"
+        fill = f", its vote corrected by the configurations' fill (alpha {self.fill_alpha:g})" if self.wants_fills \
+            else ""
+        return f"a {self.model} over a portfolio of {len(self.portfolio)} configurations{fill}{held}"
 
 
 def feature_value(shape: tuple[int, ...], feature: int | str) -> float:
@@ -156,14 +181,18 @@ def feature_point(shape: tuple[int, ...], features: tuple = ()) -> tuple[float, 
     return tuple(math.log2(shape[f]) if type(f) is int else sum(math.log2(shape[i]) for i in f) for f in features)
 
 
-def vote(distances: np.ndarray, losses: np.ndarray, k: int) -> tuple[int, ...]:
+def vote(distances: np.ndarray, losses: np.ndarray, k: int,
+         query: Union[np.ndarray, None] = None) -> tuple[int, ...]:
     """Portfolio indices, best first, by the sum over the ``k`` nearest items (``distances`` to each; the earlier
     item on a tie) of their log(slowdown) (``losses``: items x portfolio), each weighted by 1 / (distance +
-    NEAREST_OFFSET); the lower index on a tie."""
+    NEAREST_OFFSET), less ``query`` (one number per configuration) times the weights' sum; the lower index on a
+    tie."""
     closest = np.argsort(distances, kind="stable")[:k]
     weights = 1.0 / (distances[closest] + NEAREST_OFFSET)
-    scores = np.round(weights @ losses[closest], 9)
-    return tuple(int(j) for j in np.argsort(scores, kind="stable"))
+    scores = weights @ losses[closest]
+    if query is not None:
+        scores = scores - weights.sum() * query
+    return tuple(int(j) for j in np.argsort(np.round(scores, 9), kind="stable"))
 
 
 # -- reading ------------------------------------------------------------------------------------------
@@ -196,7 +225,13 @@ def parse_rule(raw: Any) -> Rule:
         if type(neighbours) is not int or not 1 <= neighbours <= MAX_NEIGHBOURS:
             raise RuleError(f"field 'neighbours' must be how many nearest coverage shapes vote (1 to "
                             f"{MAX_NEIGHBOURS}), got {short(neighbours)}")
-    nearest = _nearest(raw["nearest"], rank, len(portfolio), features, neighbours) if has_nearest else ()
+    fill_alpha = raw.get("fill_alpha", 0.0)
+    if not _finite(fill_alpha) or not 0 <= fill_alpha <= MAX_FILL_ALPHA:
+        raise RuleError(f"field 'fill_alpha' must be a number from 0 to {MAX_FILL_ALPHA:g}, got {short(fill_alpha)}")
+    if fill_alpha and (not has_nearest or neighbours <= 1):
+        raise RuleError("field 'fill_alpha' belongs to a nearest model whose neighbours vote ('neighbours' above 1)")
+    nearest = _nearest(raw["nearest"], rank, len(portfolio), features, neighbours, fill_alpha > 0) \
+        if has_nearest else ()
     quality = raw.get("quality", {})
     if not isinstance(quality, dict) or not all(isinstance(k, str) and _finite(v) for k, v in quality.items()):
         raise RuleError("field 'quality' must map names to finite numbers")
@@ -208,7 +243,8 @@ def parse_rule(raw: Any) -> Rule:
         if name in raw and not isinstance(raw[name], str):
             raise RuleError(f"field {name!r} must be text, got {short(raw[name])}")
     return Rule(family=family, dtype=dtype, args=args, rank=rank, portfolio=portfolio, tree=tree, nearest=nearest,
-                features=features, neighbours=neighbours, quality=dict(quality), record=dict(raw))
+                features=features, neighbours=neighbours, fill_alpha=float(fill_alpha), quality=dict(quality),
+                record=dict(raw))
 
 
 def _portfolio(value: Any, family: str, dtype: str, args: dict[str, Any]) -> tuple[dict[str, Any], ...]:
@@ -280,15 +316,18 @@ def _features(value: Any, rank: int) -> tuple:
     return tuple(out)
 
 
-def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1) -> tuple:
+def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1,
+             filled: bool = False) -> tuple:
     if not isinstance(value, list) or not 1 <= len(value) <= MAX_NEAREST:
         raise RuleError(f"field 'nearest' must be a list of 1 to {MAX_NEAREST} {{shape, use}} or {{shape, slowdown}} "
                         f"items")
     items = []
+    keys = ({"shape", "slowdown", "fill"},) if filled else ({"shape", "use"}, {"shape", "slowdown"})
     for i, item in enumerate(value):
         where = f"field 'nearest' item #{i + 1}"
-        if not isinstance(item, dict) or set(item) not in ({"shape", "use"}, {"shape", "slowdown"}):
-            raise RuleError(f"{where}: must be a mapping with 'shape' and 'use' (or 'slowdown')")
+        if not isinstance(item, dict) or set(item) not in keys:
+            raise RuleError(f"{where}: must be a mapping with 'shape' and 'use' (or 'slowdown'" +
+                            (", and 'fill', as 'fill_alpha' is above 0)" if filled else ")"))
         shape = item["shape"]
         if not isinstance(shape, list) or len(shape) != rank or not all(type(d) is int and 1 <= d <= MAX_DIMENSION
                                                                         for d in shape):
@@ -305,25 +344,36 @@ def _nearest(value: Any, rank: int, size: int, features: tuple = (), neighbours:
             raise RuleError(f"{where}: 'slowdown' must give each of the {size} portfolio configurations its time "
                             f"over the shape's best (1 to {MAX_SLOWDOWN:g}), got {short(slowdown)}")
         losses = tuple(math.log(x) for x in slowdown)
-        items.append(Neighbour(point, tuple(sorted(range(size), key=lambda j: (slowdown[j], j))), losses))
+        fills = None
+        if filled:
+            fill = item["fill"]
+            if not isinstance(fill, list) or len(fill) != size or \
+                    not all(_finite(x) and MIN_FILL <= x <= 1 for x in fill):
+                raise RuleError(f"{where}: 'fill' must give each of the {size} portfolio configurations the fraction "
+                                f"of its work that is the shape's ({MIN_FILL:g} to 1), got {short(fill)}")
+            fills = tuple(math.log(x) for x in fill)
+        items.append(Neighbour(point, tuple(sorted(range(size), key=lambda j: (slowdown[j], j))), losses, fills))
     return tuple(items)
 
 
-def nearest_items(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1) -> tuple:
-    """The ``nearest`` items of a rule from their file form (``{shape, use}`` or ``{shape, slowdown}`` mappings),
-    checked: what a rule read from its file holds."""
-    return _nearest(value, rank, size, features, neighbours)
+def nearest_items(value: Any, rank: int, size: int, features: tuple = (), neighbours: int = 1,
+                  filled: bool = False) -> tuple:
+    """The ``nearest`` items of a rule from their file form (``{shape, use}`` or ``{shape, slowdown}`` mappings,
+    ``{shape, slowdown, fill}`` where ``filled``), checked: what a rule read from its file holds."""
+    return _nearest(value, rank, size, features, neighbours, filled)
 
 
 # -- writing ------------------------------------------------------------------------------------------
 def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, portfolio: list[dict[str, Any]],
                 *, tree: Any = None, nearest: list[tuple[tuple[int, ...], list[int]]] | None = None,
                 slowdowns: list[tuple[tuple[int, ...], list[float]]] | None = None, features: tuple = (),
-                neighbours: int = 1, quality: Mapping[str, float] | None = None, fit: Mapping[str, Any] | None = None,
+                neighbours: int = 1, fills: list[list[float]] | None = None, fill_alpha: float = 0.0,
+                quality: Mapping[str, float] | None = None, fit: Mapping[str, Any] | None = None,
                 data: str | None = None, date: str | None = None) -> dict[str, Any]:
     """A rule in file form, keys in a fixed order. ``tree``: a leaf (indices, best first) or a ``Split``;
     ``nearest``: (shape, ranking) pairs; or ``slowdowns``: (shape, slowdown per portfolio configuration) pairs, with
-    the ``features`` (empty: the dimensions) and the number of ``neighbours`` that vote."""
+    the ``features`` (empty: the dimensions), the number of ``neighbours`` that vote and, where ``fill_alpha`` is
+    above 0, ``fills``: each slowdowns item's filled fraction per portfolio configuration."""
     impl = family_named(family)
     record: dict[str, Any] = {"family": family, "dtype": dtype}
     text = impl.args_text(args)
@@ -334,12 +384,17 @@ def rule_record(family: str, dtype: str, args: Mapping[str, Any], rank: int, por
         record["tree"] = tree_record(tree)
     elif slowdowns is not None:
         record["nearest"] = [{"shape": list(s), "slowdown": list(r)} for s, r in slowdowns]
+        if fill_alpha > 0:
+            for item, fill in zip(record["nearest"], fills or []):
+                item["fill"] = list(fill)
     else:
         record["nearest"] = [{"shape": list(s), "use": list(r)} for s, r in nearest or []]
     if tree is None and features:
         record["features"] = [f if type(f) is int else list(f) for f in features]
     if tree is None and neighbours != 1:
         record["neighbours"] = int(neighbours)
+    if tree is None and fill_alpha > 0:
+        record["fill_alpha"] = float(fill_alpha)
     if quality:
         record["quality"] = {k: v if type(v) is int else round(float(v), 4) for k, v in quality.items()}
     if fit:

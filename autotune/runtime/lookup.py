@@ -55,7 +55,7 @@ from .db import (
     shipped_folder,
     stale_note,
 )
-from .rules import fitted_entry, ranked_configs, rule_for, rule_phrase
+from .rules import fitted_entry, ranked_configs, ranking, rule_for, rule_phrase
 
 
 _cache: dict[tuple, Any] = {}
@@ -193,8 +193,9 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
     by_rule = rule_for(problem, own)
     if by_rule:
         rule, db_file = by_rule
-        return _fallback(problem, name, ranked_configs(rule, problem, db_file.device)[0], "rule",
-                         rule_phrase(problem, rule, db_file))
+        order = ranking(rule, problem, db_file.device)
+        return _fallback(problem, name, ranked_configs(rule, problem, db_file.device, order=order)[0], "rule",
+                         rule_phrase(problem, rule, db_file, order[0]))
     # --
     found = _nearest_of(problem, own)
     if found:

@@ -23,13 +23,24 @@ def rule_for(problem: Problem, files: list[DbFile]) -> tuple[Rule, DbFile] | Non
     return None
 
 
-def ranked_configs(rule: Rule, problem: Problem, device: dict[str, Any], count: int = 1) -> list[dict[str, Any]]:
-    """The first ``count`` configurations of the rule's ranking for the shape, each fitted to it (duplicates after
-    fitting dropped), best first."""
+def ranking(rule: Rule, problem: Problem, device: dict[str, Any]) -> tuple[int, ...]:
+    """The rule's portfolio indices for the problem's shape, best first, on the GPU ``device`` records: where the
+    rule's vote is corrected by fill, with each configuration's filled fraction of the shape (the family's)."""
+    fills = None
+    if rule.wants_fills:
+        info, space = _device_info(device), load_space(problem.family)
+        fills = tuple(problem.impl.filled_fraction(p, problem, info, space) for p in rule.portfolio)
+    return rule.ranking(problem.shape, fills)
+
+
+def ranked_configs(rule: Rule, problem: Problem, device: dict[str, Any], count: int = 1,
+                   order: tuple[int, ...] | None = None) -> list[dict[str, Any]]:
+    """The first ``count`` configurations of the rule's ranking for the shape (``order``, where the caller has it),
+    each fitted to it (duplicates after fitting dropped), best first."""
     info = _device_info(device)
     space = load_space(problem.family)
     found, keys = [], set()
-    for index in rule.ranking(problem.shape)[:count]:
+    for index in (order or ranking(rule, problem, device))[:count]:
         params = problem.impl.fit_config(rule.portfolio[index], problem, info, space)
         if config_key(params) not in keys:
             keys.add(config_key(params))
@@ -53,12 +64,12 @@ def _device_info(device: dict[str, Any]) -> DeviceInfo:
     return _devices[key]
 
 
-def rule_phrase(problem: Problem, rule: Rule, db_file: DbFile) -> str:
-    """What a choice by a rule announces it used: which rule, from which file, how good it was on held-out
-    shapes."""
-    index = rule.ranking(problem.shape)[0]
+def rule_phrase(problem: Problem, rule: Rule, db_file: DbFile, index: int | None = None) -> str:
+    """What a choice by a rule announces it used: which configuration (``index``, where the caller has it), which
+    rule, from which file, how good it was on held-out shapes."""
+    index = ranking(rule, problem, db_file.device)[0] if index is None else index
     return (f"configuration #{index} of the fitted rule for {rule.key} in {db_file.path} ({rule.summary()}), "
             f"fitted to the shape")
 
 
-__all__ = ["rule_for", "ranked_configs", "rule_phrase"]
+__all__ = ["rule_for", "ranking", "ranked_configs", "rule_phrase"]

@@ -16,13 +16,21 @@ The method follows Helion's ahead-of-time heuristics, sized for this project:
    their losses: the configuration with the least weighted loss comes first (``neighbours=1``: the ranking of the
    nearest one alone). Several neighbours average out the noise of one shape's timings and the accidents of one
    neighbour; on the H200 matrices this lifted the cross-validated geometric mean from 0.89-0.98 to 0.92-0.99.
+   Each of ``fill_alphas`` above 0 is a further nearest model: the vote with each neighbour's loss of a
+   configuration corrected by alpha * log(its filled fraction there over the new shape's), the family's
+   ``filled_fraction`` (matmul: tile padding times the last wave's filling) of the configuration as ``fit_config``
+   fits it to each shape. On the H200 matrices (five fold seeds, alpha chosen per fold as below) this lifted the
+   CUDA-core and mma.sync cases (float32 0.936 -> 0.951, 3xtf32 0.950 -> 0.976, float64 0.950 -> 0.956) and left
+   the wgmma ones within 0.003; a family without the notion (all fractions 1) has no such model.
 3. **Quality.** K-fold cross-validation over the shapes (a seeded permutation): the portfolio and model are
    fitted on the other folds and choose for each shape of the fold; its efficiency is the best time known for
-   it over the chosen candidate's time. The geometric mean and the worst are reported. ``model="auto"`` keeps the
-   model with the better geometric mean (the tree on a tie, as it reads better); its held-out quality picks the
-   model inside each fold by a cross-validation of the fold's training shapes alone (``selection="nested"``), so
-   that no held-out shape has a say in the model that chooses for it (``"whole"``, what a rule recorded
-   before this setting existed means, picked it by the quality over all shapes: slightly optimistic).
+   it over the chosen candidate's time. The geometric mean and the worst are reported. Where several models are
+   in play (``model="auto"``: the tree and the nearest ones; ``"nearest"`` with several ``fill_alphas``), the one
+   with the better geometric mean is kept (the tree on a tie, as it reads better, then the smaller alpha); its
+   held-out quality picks the model inside each fold by a cross-validation of the fold's training shapes alone
+   (``selection="nested"``), so that no held-out shape has a say in the model that chooses for it (``"whole"``,
+   what a rule recorded before this setting existed means, picked it by the quality over all shapes: slightly
+   optimistic).
 
 Everything is deterministic: the same matrix and settings give the same rule, byte for byte.
 """
@@ -36,8 +44,10 @@ from typing import Any
 
 import numpy as np
 
+from ..core.device import DeviceInfo
 from ..core.registry import family as family_named
-from ..core.rule import SIZE, Rule, Split, nearest_items, rule_record
+from ..core.rule import MIN_FILL, SIZE, Rule, Split, nearest_items, rule_record
+from ..core.space import load_space
 from .matrix import CrossMatrix
 
 PENALTY = math.log(1000.0)  # the loss of a failed or unmeasured cell: as if 1000 times slower
@@ -61,11 +71,12 @@ class FitSettings:
     neighbours: int = 7  # nearest coverage shapes that vote (1: the nearest one's ranking)
     features: str = "family"  # what the nearest model measures: the family's rule_features, or the dimensions
     selection: str = "nested"  # how model="auto" picks the model whose held-out quality is reported
+    fill_alphas: str = "0,0.25,0.5"  # the nearest model's fill corrections tried ("0": the vote uncorrected)
 
 
 #: the settings added after rules were first recorded, with the value a record without them was fitted with;
 #: a record names them only where they differ, so that an earlier rule is fitted again to itself
-LEGACY = {"neighbours": 1, "features": "dims", "selection": "whole"}
+LEGACY = {"neighbours": 1, "features": "dims", "selection": "whole", "fill_alphas": "0"}
 
 
 @dataclass(frozen=True)
@@ -237,31 +248,69 @@ class _Fitted:
     nearest: list  # (shape, ranking) where one neighbour chooses, else (shape, slowdown per portfolio member)
     features: tuple = ()
     neighbours: int = 1
+    fills: list = field(default_factory=list)  # per nearest item, each member's filled fraction (fill_alpha > 0)
 
 
-def _fit(matrix: CrossMatrix, rows: list[int], model: str, settings: FitSettings) -> _Fitted:
+class Fills:
+    """The family's filled fraction (``KernelFamily.filled_fraction``) of each candidate of a matrix on each of its
+    shapes, on the matrix's GPU model, computed once each."""
+
+    def __init__(self, matrix: CrossMatrix):
+        self.matrix, self._cache = matrix, {}
+        self.device, self.space = DeviceInfo.from_record(matrix.device), load_space(matrix.family)
+
+    def __call__(self, candidate: int, shape: tuple[int, ...]) -> float:
+        key = (candidate, shape)
+        if key not in self._cache:
+            problem = self.matrix.problem(shape)
+            self._cache[key] = float(problem.impl.filled_fraction(self.matrix.candidates[candidate], problem,
+                                                                  self.device, self.space))
+        return self._cache[key]
+
+    def noticed(self, rows: list[int]) -> bool:
+        """Whether any candidate fills any of the rows' shapes less than wholly (else no fill model applies)."""
+        return any(self(c, self.matrix.shapes[r]) < 1 for r in rows for c in range(len(self.matrix.candidates)))
+
+
+def fill_text(x: float) -> float:
+    """A filled fraction as a rule stores it: 4 significant digits, from MIN_FILL to 1."""
+    return min(max(MIN_FILL, float(f"{x:.4g}")), 1.0)
+
+
+def fill_alpha(model: str) -> float:
+    """The fill correction of a model name ('nearest@0.25': 0.25; 'nearest', 'tree': 0)."""
+    return float(model.split("@", 1)[1]) if "@" in model else 0.0
+
+
+def _fit(matrix: CrossMatrix, rows: list[int], model: str, settings: FitSettings,
+         fills: Fills | None = None) -> _Fitted:
     loss = losses(matrix, rows)
     portfolio = select_portfolio(loss, settings.max_portfolio, settings.threshold)
     sub = loss[:, portfolio]
     shapes = [matrix.shapes[r] for r in rows]
     rank = len(shapes[0])
-    tree, nearest, feats, neighbours, items = None, [], (), 1, ()
+    tree, nearest, feats, neighbours, items, stored, alpha = None, [], (), 1, (), [], fill_alpha(model)
     if model == "tree":
         X, names = features(shapes)
         tree = fit_tree(X, names, sub, settings)
     else:
         feats, neighbours = rule_features(matrix, rank, settings), settings.neighbours
-        if neighbours > 1:  # the rule as its file will hold it: slowdowns rounded as written
+        if neighbours > 1:  # the rule as its file will hold it: slowdowns (and fills) rounded as written
             nearest = [(tuple(s), [slowdown(x) for x in sub[i]]) for i, s in enumerate(shapes)]
             raw = [{"shape": list(s), "slowdown": r} for s, r in nearest]
+            if alpha > 0:
+                fills = fills or Fills(matrix)
+                stored = [[fill_text(fills(c, s)) for c in portfolio] for s in shapes]
+                for item, fill in zip(raw, stored):
+                    item["fill"] = fill
         else:
             nearest = fit_nearest(shapes, sub, settings)
             raw = [{"shape": list(s), "use": list(r)} for s, r in nearest]
-        items = nearest_items(raw, rank, len(portfolio), feats, neighbours)
+        items = nearest_items(raw, rank, len(portfolio), feats, neighbours, bool(stored))
     rule = Rule(family=matrix.family, dtype=matrix.dtype, args=dict(matrix.args), rank=rank,
                 portfolio=tuple(matrix.candidates[c] for c in portfolio), tree=tree, nearest=items, features=feats,
-                neighbours=neighbours)
-    return _Fitted(portfolio, rule, tree, nearest, feats, neighbours)
+                neighbours=neighbours, fill_alpha=alpha if stored else 0.0)
+    return _Fitted(portfolio, rule, tree, nearest, feats, neighbours, stored)
 
 
 def efficiency(matrix: CrossMatrix, row: int, candidate: int) -> float:
@@ -270,8 +319,11 @@ def efficiency(matrix: CrossMatrix, row: int, candidate: int) -> float:
     return best / t if t is not None and best is not None else math.exp(-PENALTY)
 
 
-def chosen_candidate(fitted: _Fitted, shape: tuple[int, ...]) -> int:
-    return fitted.portfolio[fitted.rule.ranking(shape)[0]]
+def chosen_candidate(fitted: _Fitted, shape: tuple[int, ...], fills: Fills | None = None) -> int:
+    """The matrix candidate the fitted rule chooses for ``shape`` (with the portfolio's filled fractions of it,
+    where its vote is corrected by them)."""
+    portfolio_fills = tuple(fills(c, shape) for c in fitted.portfolio) if fills and fitted.rule.wants_fills else None
+    return fitted.portfolio[fitted.rule.ranking(shape, portfolio_fills)[0]]
 
 
 def folds_of(count: int, folds: int, seed: int) -> list[int]:
@@ -285,21 +337,23 @@ def folds_of(count: int, folds: int, seed: int) -> list[int]:
     return fold
 
 
-def cross_validate(matrix: CrossMatrix, rows: list[int], model: str,
-                   settings: FitSettings) -> tuple[Quality, list[tuple[tuple[int, ...], int, float]]]:
+def cross_validate(matrix: CrossMatrix, rows: list[int], model: str, settings: FitSettings,
+                   fills: Fills | None = None, among: tuple[str, ...] = ("tree", "nearest"),
+                   ) -> tuple[Quality, list[tuple[tuple[int, ...], int, float]]]:
     """Each shape's choice by the rule fitted on the other folds. ``model="auto"``: the model of each fold is the
-    one whose cross-validation on the fold's training shapes alone is the better (nested)."""
+    one of ``among`` whose cross-validation on the fold's training shapes alone is the better (nested)."""
     if len(rows) < 2:
         return Quality.of([]), []
+    fills = fills or Fills(matrix)
     fold = folds_of(len(rows), settings.folds, settings.seed)
     per_shape = []
     for k in sorted(set(fold)):
         train = [r for r, f in zip(rows, fold) if f != k]
         test = [r for r, f in zip(rows, fold) if f == k]
-        chosen = model if model != "auto" else _better_model(matrix, train, ("tree", "nearest"), settings)
-        fitted = _fit(matrix, train, chosen, settings)
+        chosen = model if model != "auto" else _better_model(matrix, train, among, settings, fills)
+        fitted = _fit(matrix, train, chosen, settings, fills)
         for r in test:
-            c = chosen_candidate(fitted, matrix.shapes[r])
+            c = chosen_candidate(fitted, matrix.shapes[r], fills)
             per_shape.append((matrix.shapes[r], c, efficiency(matrix, r, c)))
     per_shape.sort(key=lambda item: matrix.shapes.index(item[0]))
     return Quality.of([e for _, _, e in per_shape]), per_shape
@@ -315,26 +369,29 @@ def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: s
         raise ValueError(f"the matrix of {matrix.case} has no measured shape its rule would serve: nothing to fit")
     if settings.selection not in SELECTION_CHOICES:
         raise ValueError(f"selection {settings.selection!r} is not one of {', '.join(SELECTION_CHOICES)}")
-    models = ("tree", "nearest") if settings.model == "auto" else (settings.model,)
-    checked = {m: cross_validate(matrix, rows, m, settings) for m in models}
-    model = max(models, key=lambda m: (_score(checked[m][0]), m == "tree"))
+    fills = Fills(matrix)
+    models = model_names(settings, fills.noticed(rows))
+    checked = {m: cross_validate(matrix, rows, m, settings, fills) for m in models}
+    model = max(models, key=lambda m: (_score(checked[m][0]), m == "tree", -fill_alpha(m)))
     held_out, per_shape = checked[model]
     if len(models) > 1 and settings.selection == "nested":
-        held_out, per_shape = cross_validate(matrix, rows, "auto", settings)
-    final = _fit(matrix, rows, model, settings)
-    fitted = Quality.of([efficiency(matrix, r, chosen_candidate(final, matrix.shapes[r])) for r in rows])
+        held_out, per_shape = cross_validate(matrix, rows, "auto", settings, fills, models)
+    final = _fit(matrix, rows, model, settings, fills)
+    fitted = Quality.of([efficiency(matrix, r, chosen_candidate(final, matrix.shapes[r], fills)) for r in rows])
     oracle = Quality.of([max(efficiency(matrix, r, c) for c in final.portfolio) for r in rows])
     quality = {"shapes": len(rows), "folds": max(2, min(settings.folds, len(rows))) if len(rows) >= 2 else 0}
     if held_out.shapes:
         quality.update(held_out_geomean=held_out.geomean, held_out_worst=held_out.worst)
     quality.update(fitted_geomean=fitted.geomean, fitted_worst=fitted.worst, portfolio_geomean=oracle.geomean,
                    portfolio_worst=oracle.worst)
-    voting = model == "nearest" and final.neighbours > 1
+    nearest = model != "tree"
+    voting = nearest and final.neighbours > 1
     record = rule_record(matrix.family, matrix.dtype, matrix.args, len(matrix.shapes[rows[0]]),
                          [matrix.candidates[c] for c in final.portfolio], tree=final.tree,
-                         nearest=final.nearest if model == "nearest" and not voting else None,
+                         nearest=final.nearest if nearest and not voting else None,
                          slowdowns=final.nearest if voting else None, features=final.features,
-                         neighbours=final.neighbours, quality=quality, fit=settings_record(settings), data=data,
+                         neighbours=final.neighbours, fills=final.fills, fill_alpha=final.rule.fill_alpha,
+                         quality=quality, fit=settings_record(settings), data=data,
                          date=date or datetime.date.today().isoformat())
     return FitResult(record=record, model=model, portfolio=final.portfolio, held_out=held_out, fitted=fitted,
                      oracle=oracle, models={m: checked[m][0] for m in models}, per_shape=per_shape)
@@ -353,10 +410,39 @@ def settings_record(settings: FitSettings) -> dict[str, Any]:
     return {k: v for k, v in dataclasses.asdict(settings).items() if k not in LEGACY or LEGACY[k] != v}
 
 
-def _better_model(matrix: CrossMatrix, rows: list[int], models: tuple[str, ...], settings: FitSettings) -> str:
-    """The model with the better cross-validated geometric mean on ``rows`` alone (the tree on a tie)."""
-    scores = {m: _score(cross_validate(matrix, rows, m, settings)[0]) for m in models}
-    return max(models, key=lambda m: (scores[m], m == "tree"))
+def model_names(settings: FitSettings, filled: bool = True) -> tuple[str, ...]:
+    """The models a fit tries: the tree and/or the nearest vote, and the vote corrected by each of the settings'
+    fill alphas above 0 ('nearest@0.25') where the vote has several neighbours and ``filled`` (some candidate
+    fills some shape less than wholly)."""
+    if settings.model not in MODEL_CHOICES:
+        raise ValueError(f"model {settings.model!r} is not one of {', '.join(MODEL_CHOICES)}")
+    names = ["tree"] if settings.model in ("auto", "tree") else []
+    if settings.model in ("auto", "nearest"):
+        names.append("nearest")
+        if filled and settings.neighbours > 1:
+            names += [f"nearest@{a:g}" for a in parse_alphas(settings.fill_alphas) if a > 0]
+    return tuple(names)
+
+
+def parse_alphas(text: str) -> list[float]:
+    """'0,0.25,0.5' -> [0.0, 0.25, 0.5]; ValueError where an alpha is no number from 0 to MAX_FILL_ALPHA."""
+    from ..core.rule import MAX_FILL_ALPHA
+
+    try:
+        alphas = [float(a) for a in str(text).split(",")]
+    except ValueError:
+        alphas = []
+    if not alphas or not all(0 <= a <= MAX_FILL_ALPHA for a in alphas):
+        raise ValueError(f"fill alphas must be numbers from 0 to {MAX_FILL_ALPHA:g} separated by commas, got {text!r}")
+    return alphas
+
+
+def _better_model(matrix: CrossMatrix, rows: list[int], models: tuple[str, ...], settings: FitSettings,
+                  fills: Fills | None = None) -> str:
+    """The model with the better cross-validated geometric mean on ``rows`` alone (the tree on a tie, then the
+    smaller fill alpha)."""
+    scores = {m: _score(cross_validate(matrix, rows, m, settings, fills)[0]) for m in models}
+    return max(models, key=lambda m: (scores[m], m == "tree", -fill_alpha(m)))
 
 
 def _score(q: Quality) -> float:
@@ -364,5 +450,6 @@ def _score(q: Quality) -> float:
 
 
 __all__ = ["settings_of", "settings_record", "FitSettings", "FitResult", "Quality", "fit_rule", "cross_validate",
+           "Fills", "model_names", "parse_alphas", "fill_alpha",
            "select_portfolio", "fit_tree", "losses", "features", "efficiency", "folds_of", "slowdown", "rule_features",
            "MODEL_CHOICES", "FEATURE_CHOICES", "SELECTION_CHOICES", "LEGACY"]

@@ -130,6 +130,23 @@ class MatmulFamily(KernelFamily):
                                  f"{value or 'none'})")
         return {**args, **derived}
 
+    def filled_fraction(self, params, problem, device, space) -> float:
+        """The fitted configuration's tile padding (M x N over the tiles' area) times the filling of its last wave
+        of blocks, counted at one block per SM (a pair of blocks as one tile twice as wide; Stream-K's work has no
+        last wave); 1.0 for the forms without tiles over C (gemv, the seed kernels). One block per SM is what
+        cross-validation on the H200 matrices favoured over 2 and 4 (lab/rule_models.py --slots)."""
+        fitted = self.fit_config(params, problem, device, space)
+        if not is_tiled(fitted) or gemv.is_gemv(fitted) or "BM" not in fitted:
+            return 1.0
+        B, M, N, _ = dims(problem.shape)
+        BM, BN = fitted["BM"], fitted["BN"] * (2 if is_pair(fitted) else 1)
+        rows, columns = -(-M // BM), -(-N // BN)
+        padding = (M * N) / (rows * BM * columns * BN)
+        if schedule(fitted) == "stream_k":
+            return padding
+        blocks = B * rows * columns * fitted.get("SPLIT_K", 1)
+        return padding * blocks / (-(-blocks // device.sm_count) * device.sm_count)
+
     def rule_features(self, rank: int) -> tuple:
         """M, N, K and the output's size M*N (the number of output tiles, against the multiprocessor count, is
         what split-K and the tile sizes answer to); a stack's B first. Cross-validated on the H200 coverage
