@@ -170,6 +170,44 @@ def test_the_record_is_bounded(tmp_path, monkeypatch):
     assert sum("not recording more shapes" in str(w.message) for w in caught) == 1
 
 
+def test_a_fifo_where_the_record_lives_is_never_waited_on(tmp_path, monkeypatch):
+    """Recording must not break a lookup, nor reading the record hang: a FIFO (or a device) at the record's path is
+    named, once, and skipped; reading it is refused naming it."""
+    import threading
+
+    monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(met, "_recorded", set())
+    monkeypatch.setattr(met, "_full_said", set())
+    path = met.met_path("Piped GPU")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+    caught = []
+
+    def record():
+        with warnings.catch_warnings(record=True) as seen:
+            warnings.simplefilter("always")
+            met.record(Problem("reduce", (1000,), "float32"), "Piped GPU")
+        caught.extend(str(w.message) for w in seen)
+
+    worker = threading.Thread(target=record, daemon=True)
+    worker.start()
+    worker.join(20)
+    assert not worker.is_alive() and any("not recording" in c and str(path) in c for c in caught), caught
+    with pytest.raises(OSError, match="not a regular file \\(a FIFO\\)"):
+        met.read_met(path)
+
+
+def test_coverage_refuses_a_dtype_the_family_lacks_before_drawing_its_shapes():
+    """The shape sets are drawn per dtype; an unknown one was a KeyError there (a traceback), now the refusal the
+    other commands give."""
+    from autotune.commands import cli
+    from autotune.commands.coverage import run_coverage
+
+    for dtype in ("int8", "float128"):
+        with pytest.raises(ValueError, match=f"dtype '{dtype}' is not supported by matmul"):
+            run_coverage(cli.parse(["coverage", "--family", "matmul", "--dtype", dtype, "--list"]))
+
+
 def test_a_lookup_without_an_entry_is_recorded(tmp_path, monkeypatch):
     monkeypatch.setenv("AUTOTUNE_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(met, "_recorded", set())

@@ -84,8 +84,14 @@ def _coverage_parser(sub, common, chosen: list) -> None:
 def run_coverage(args) -> int:
     from ..core.device import current_device
 
+    from ..core.problem import dtype_name
+
     impl = chosen_one(args)
     family_args = family_values(args, impl)
+    dtype = dtype_name(args.dtype)
+    if dtype not in impl.dtypes:  # before the shape sets, which are drawn per dtype
+        raise ValueError(f"dtype {dtype!r} is not supported by {impl.name}; supported: {', '.join(impl.dtypes)}")
+    impl.check_dtype(dtype, family_args)
     shape_set = "simulator" if args.simulator and not args.list else args.shape_set
     shapes = impl.shape_set(shape_set, args.dtype, family_args)
     shapes = shapes[:args.shapes] if args.shapes else shapes

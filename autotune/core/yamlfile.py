@@ -147,17 +147,17 @@ def read_regular(path: Path, max_bytes: int, error: type[Exception] = OSError) -
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     try:
         mode = os.fstat(fd).st_mode
-        if not stat.S_ISREG(mode):
-            raise error(f"{path}: not a regular file ({_file_kind(mode)}); only regular files are read")
-        chunks, left = [], max_bytes
-        while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+        if stat.S_ISREG(mode):
+            chunks, left = [], max_bytes
+            while left > 0 and (chunk := os.read(fd, min(left, 1 << 20))):
+                chunks.append(chunk)
+                left -= len(chunk)
+            return b"".join(chunks)
     except OSError as exc:
         raise error(f"{path}: cannot read: {exc.strerror or exc}") from None
     finally:
         os.close(fd)
+    raise error(f"{path}: not a regular file ({_file_kind(mode)}); only regular files are read")
 
 
 def _file_kind(mode: int) -> str:

@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import json
 import os
+import stat
 import threading
 import warnings
 from dataclasses import dataclass
@@ -21,6 +22,7 @@ from pathlib import Path
 from ..core.device import device_slug
 from ..core.problem import Problem
 from ..core.registry import FamilyError
+from ..core.yamlfile import read_regular
 
 MAX_BYTES = 1 << 20
 MAX_LINE = 4096
@@ -60,7 +62,12 @@ def record(problem: Problem, device_name: str) -> None:
     line = json.dumps(_line(problem), separators=(",", ":")) + "\n"
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO or a device there: never waited on, never written
+            os.close(fd)
+            _say_full(path, "it is no regular file")
+            return
+        with os.fdopen(fd, "a", encoding="utf-8") as f:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX)
             if f.tell() + len(line) > MAX_BYTES:
                 _say_full(path)
@@ -91,11 +98,9 @@ def _line(problem: Problem) -> dict:
 def read_met(path: Path) -> MetFile:
     """The problems recorded in ``path``, each once, in the order first met; bad lines skipped and counted."""
     problems, seen, skipped = [], set(), 0
-    try:
-        with open(path, "rb") as f:
-            data = f.read(MAX_BYTES + MAX_LINE)
-    except FileNotFoundError:
+    if not path.exists():
         return MetFile(path, [], 0)
+    data = read_regular(path, MAX_BYTES + MAX_LINE)  # OSError naming the file for a FIFO, a device, a folder
     for raw in data.split(b"\n"):
         if not raw.strip():
             continue
