@@ -387,9 +387,44 @@ def test_bench_rows_and_the_held_out_summary(tmp_path):
     line = next(x for x in text.splitlines() if "vs cuBLAS (cupy)" in x)
     assert "| 2 " in line and f"{math.sqrt(0.8 * 1.1):.3f}x" in line and "0.800x" in line
     assert "0.900x" in next(x for x in text.splitlines() if "vs autotune tuned" in x)
-    path.write_text(json.dumps([{"problem": 1}]))
+    path.write_text(json.dumps({"problem": 1}))
     with pytest.raises(ValueError, match="bench rows"):
         read_rows(path)
+
+
+def row_text(**change) -> str:
+    return json.dumps([{"problem": "reduce/float32/sum/all/1024", "kernel": "autotune", "ms": 1.0, "peer": None,
+                        "vs_peer": None, **change}])
+
+
+@pytest.mark.parametrize("text, words", [
+    (row_text(problem=1), "row #1 has no problem"),
+    (row_text(chosen_by=["x"]), "row #1 has a chosen_by"),
+    (row_text(peer=3), "row #1 has a peer"),
+    (row_text(ms=1e308), "row #1 has no time"),
+    (row_text(ms=5e-324), "row #1 has no time"),
+    (row_text(vs_peer=float("inf")).replace("Infinity", "1e999"), "vs_peer"),
+    ("[" * 100000 + "]" * 100000, "RecursionError"),
+    ('[{"problem": "a/b", "kernel": "autotune", "ms": 1' + "0" * 5000 + "}]", "digits"),
+])
+def test_a_damaged_bench_file_is_refused_naming_it_and_the_row(tmp_path, text, words):
+    """The held-out file is read at the end of a bench run and summarised: a row it cannot use is named, with the
+    file, before anything trips over it (a list as chosen_by was 'unhashable type' with no file named)."""
+    from autotune.commands.bench_json import read_rows
+
+    path = tmp_path / "held-out.json"
+    path.write_text(text)
+    with pytest.raises(ValueError, match=words) as caught:
+        read_rows(path)
+    assert str(path) in str(caught.value)
+
+
+def test_a_fifo_as_the_bench_file_is_refused_not_waited_on(tmp_path):
+    from autotune.commands.bench_json import read_rows
+
+    os.mkfifo(tmp_path / "held-out.json")
+    with pytest.raises(ValueError, match="not a regular file"):
+        read_rows(tmp_path / "held-out.json")
 
 
 def test_a_rule_below_the_quality_floor_is_reported_and_not_written(tmp_path):

@@ -19,6 +19,8 @@ from typing import Any
 from ..tuning.report import table
 
 MAX_BYTES = 64 << 20
+MAX_TEXT = 200  # characters of a problem key, a kernel's or a peer's name, a chosen_by
+MIN_MS, MAX_MS = 1e-9, 1e9
 
 
 def problem_rows(key: str, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -46,23 +48,47 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a bench JSON file, each checked; ValueError naming the file where it is not one."""
+    """The rows of a bench JSON file, each checked; ValueError naming the file (and the row) where it is not one."""
+    from ..core.yamlfile import read_regular
+
     if not path.exists():
         return []
-    if path.stat().st_size > MAX_BYTES:
+    data = read_regular(path, MAX_BYTES + 1, ValueError)  # no FIFO waited on, no device read without end
+    if len(data) > MAX_BYTES:
         raise ValueError(f"{path}: larger than {MAX_BYTES >> 20} MiB; not a bench file")
     try:
-        rows = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{path}: not a bench JSON file ({exc})") from None
-    if not isinstance(rows, list) or not all(_row_ok(r) for r in rows):
+        rows = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:  # JSONDecodeError, too many digits, too deep
+        raise ValueError(f"{path}: not a bench JSON file ({type(exc).__name__}: {str(exc)[:200]})") from None
+    if not isinstance(rows, list):
         raise ValueError(f"{path}: not a list of bench rows {{problem, kernel, ms, peer, vs_peer}}; move it aside")
+    for i, row in enumerate(rows):
+        why = _row_problem(row)
+        if why:
+            raise ValueError(f"{path}: row #{i + 1} {why}; not a bench file of this version, move it aside")
     return rows
 
 
-def _row_ok(row: Any) -> bool:
-    return (isinstance(row, dict) and isinstance(row.get("problem"), str) and isinstance(row.get("kernel"), str)
-            and type(row.get("ms")) in (int, float) and math.isfinite(row["ms"]) and row["ms"] > 0)
+def _row_problem(row: Any) -> str | None:
+    """Why ``row`` is no bench row (None where it is one): text where text belongs, times of 1e-9 to 1e9 ms."""
+    if not isinstance(row, dict):
+        return "is not a mapping"
+    for name in ("problem", "kernel"):
+        if not isinstance(row.get(name), str) or not 0 < len(row[name]) <= MAX_TEXT:
+            return f"has no {name} (text of 1 to {MAX_TEXT} characters)"
+    for name in ("peer", "chosen_by"):
+        if row.get(name) is not None and (not isinstance(row[name], str) or len(row[name]) > MAX_TEXT):
+            return f"has a {name} that is no text of at most {MAX_TEXT} characters"
+    if not _time(row.get("ms")):
+        return f"has no time 'ms' from {MIN_MS:g} to {MAX_MS:g}"
+    ratio = row.get("vs_peer")
+    if ratio is not None and not (type(ratio) in (int, float) and math.isfinite(ratio) and 0 < ratio < MAX_MS):
+        return "has a 'vs_peer' that is no positive finite number"
+    return None
+
+
+def _time(ms: Any) -> bool:
+    return type(ms) in (int, float) and math.isfinite(ms) and MIN_MS <= ms <= MAX_MS
 
 
 def merged(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[dict[str, Any]]:
