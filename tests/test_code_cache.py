@@ -373,7 +373,7 @@ def test_shipped_code_is_built_only_where_missing_checked_and_pruned(tmp_path):
     problem = Problem("reduce", (1000,), "float32", {"op": "sum"})
     full = load_space("reduce").validate({"BLOCK": 64}, dtype="float32", args=problem.args)
     time = {"median_ms": 1.0, "p20_ms": 1.0, "p80_ms": 1.0, "reps": 10}
-    db.write_entries(folder / "gpu.yaml", {"name": "Some GPU", "cc": "9.0"},
+    db.write_entries(folder / "some-gpu.yaml", {"name": "Some GPU", "cc": "9.0"},
                      [db.parse_entry(db.entry_record(problem, full, time=time))])
     script = tmp_path / "ship.py"
     script.write_text(SHIP)

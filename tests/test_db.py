@@ -280,3 +280,56 @@ def test_an_entry_whose_kernel_renders_differently_now_is_stale(tmp_path):
     db.write_entries(path, DEVICE, [stamped, db.parse_entry({**other.record, "op": "max"})])
     stale = db.stale_entries(db.load_file(path))
     assert len(stale) == 1 and stale[0].startswith(f"{path}: entry reduce/float32/max/all/1048576: the kernel")
+
+
+@pytest.mark.parametrize("device, words", [
+    ({"name": "X", "cc": 9}, "'cc' must be"),
+    ({"name": "X", "cc": True}, "'cc' must be"),
+    ({"name": "X", "cc": "9.0.1"}, "'cc' must be"),
+    ({"name": "X", "cc": [9, 0]}, "'cc' must be"),
+    ({"name": "X", "cc": "9.0", "extra": [[[1]]]}, "unknown field 'extra'"),
+    ({"name": "X", "sm_count": True}, "'sm_count'"),
+    ({"name": ""}, "'name'"),
+])
+def test_a_device_record_is_one_form_or_refused(device, words):
+    """Files are matched to GPU models by their records, so a record is checked and in one form: '9.0' for 9.0,
+    and anything else refused naming the field (a matrix's record went into the database unchecked, where the
+    next read refused the file)."""
+    from autotune.core.device import checked_device_record
+    from autotune.tuning.matrix import MatrixError
+
+    assert checked_device_record({"name": "X", "cc": 9.0, "sm_count": 132}, ValueError) == \
+        {"name": "X", "cc": "9.0", "sm_count": 132}
+    with pytest.raises(db.DatabaseError, match=words):
+        checked_device_record(device, db.DatabaseError)
+    with pytest.raises(MatrixError, match=words):
+        checked_device_record(device, MatrixError)
+
+
+def test_a_file_not_named_for_the_model_it_declares_serves_no_lookup(tmp_path):
+    """A copy beside a model's file, or another model's entries under its name, would serve the wrong model (or
+    the right one as 'another GPU'): each is named and skipped; files of the same compute capability are found by
+    the model they declare, a cc written as a number too."""
+    import warnings
+
+    from autotune.runtime.lookup import TunedKernelWarning, choice
+
+    problem = Problem("reduce", (1000,), "float32", {"op": "max"})
+    record = db.parse_entry(db.entry_record(problem, {"BLOCK": 64, "WAVES": 1}, time=TIME))
+    here = {"name": "CUDA simulator", "cc": "9.0", "sm_count": 2}
+    db.write_entries(tmp_path / "cuda-simulator.yaml", {"name": "NVIDIA H100 80GB HBM3", "cc": "9.0"}, [record])
+    db.write_entries(tmp_path / "cuda-simulator.old.yaml", here, [record])
+    (tmp_path / "sibling-gpu.yaml").write_text("schema: 1\ndevice: {name: Sibling GPU, cc: 9.0, sm_count: 2}\n"
+                                               "entries: []\n")
+    files, problems = db.load_folder(tmp_path)
+    assert [f.path.name for f in files] == ["sibling-gpu.yaml"] and len(problems) == 2
+    assert all("rename it or move it out of the folder" in p for p in problems)
+    assert "declares the GPU model 'NVIDIA H100 80GB HBM3', whose file is nvidia-h100-80gb-hbm3.yaml" in \
+        " ".join(problems)
+    assert [f.device["name"] for f in db.same_cc_files([tmp_path], here["name"], (9, 0))[0]] == ["Sibling GPU"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        chosen = choice(problem, [tmp_path], device=here["name"])
+    assert chosen.how == "default"
+    assert any("cuda-simulator.yaml: declares the GPU model 'NVIDIA H100" in str(w.message) for w in caught
+               if issubclass(w.category, TunedKernelWarning))

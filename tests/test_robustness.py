@@ -260,8 +260,8 @@ def test_a_database_folder_with_bad_scalars_and_a_fifo_is_checked_and_shown_to_t
     ``autotune.sum`` works with a warning for each."""
     import autotune
 
-    write_db(tmp_path / "a-good.yaml", [reduce_record()], {"name": "Good GPU", "cc": "8.0"})
-    bad = write_db(tmp_path / "b-dated.yaml", [reduce_record()], {"name": "Dated GPU", "cc": "8.0"})
+    write_db(tmp_path / "good-gpu.yaml", [reduce_record()], {"name": "Good GPU", "cc": "8.0"})
+    bad = write_db(tmp_path / "dated-gpu.yaml", [reduce_record()], {"name": "Dated GPU", "cc": "8.0"})
     bad.write_text(bad.read_text() + "  date: 2026-02-30\n")
     fifo = tmp_path / "c-fifo.yaml"
     os.mkfifo(fifo)
@@ -269,7 +269,7 @@ def test_a_database_folder_with_bad_scalars_and_a_fifo_is_checked_and_shown_to_t
     assert check.returncode == 1 and "Traceback" not in check.stderr, check.stderr
     assert f"FAIL {bad}: cannot read: line" in check.stdout and "'2026-02-30' is not a valid timestamp" in check.stdout
     assert f"FAIL {fifo}: cannot read: not a regular file (a FIFO)" in check.stdout
-    assert f"ok   {tmp_path / 'a-good.yaml'}" in check.stdout
+    assert f"ok   {tmp_path / 'good-gpu.yaml'}" in check.stdout
     show = cli("show", "--db", str(tmp_path))
     assert "Traceback" not in show.stderr and "reduce/float32/sum/all/1000" in show.stdout
     x = np.random.default_rng(5).standard_normal(100).astype(np.float32)

@@ -535,7 +535,9 @@ def test_matrix_files_round_trip_and_refuse_damage(tmp_path, synthetic):
     for change, words in ((lambda d: d["ms"][0].pop(), "row #1"), (lambda d: d.update(format="x"), "format"),
                           (lambda d: d["shapes"].append(d["shapes"][0]), "twice"),
                           (lambda d: d["candidates"][0].update(BM=7), "candidates"),
-                          (lambda d: d["ms"].__setitem__(0, [-1.0] * len(d["ms"][0])), "no time")):
+                          (lambda d: d["ms"].__setitem__(0, [-1.0] * len(d["ms"][0])), "no time"),
+                          (lambda d: d["device"].update(cc=[9, 0]), "'cc' must be"),
+                          (lambda d: d["device"].update(extra=[[1]]), "unknown field 'extra'")):
         damaged = copy.deepcopy(raw)
         change(damaged)
         path.write_text(__import__("json").dumps(damaged))

@@ -215,7 +215,12 @@ def _entries(db: str | None, wanted) -> list[Entry]:
         if db and not Path(db).is_dir():
             raise DatabaseError(f"--db {db}: no such file or folder")
         folders = [Path(db)] if db else lookup_folders(None, device="any")
-        files = [f for folder in folders for f in load_folder(folder)[0] if wanted(f)]
+        files = []
+        for folder in folders:
+            found, skipped = load_folder(folder)
+            files += [f for f in found if wanted(f)]
+            for problem in skipped:  # not read by lookups either: nothing of it is compiled
+                print(f"skipped a database file that cannot be used: {problem}", file=sys.stderr)
     seen, entries = set(), []
     for f in files:
         for e in f.entries:

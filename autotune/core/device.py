@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
 from .backend import simulator
 
@@ -67,6 +69,36 @@ class DeviceInfo:
         sm_count = record.get("sm_count")
         return cls(name=str(record.get("name", "")), cc=cc,
                    sm_count=sm_count if type(sm_count) is int and sm_count > 0 else 132, l2_bytes=0)
+
+
+DEVICE_FIELDS = ("name", "cc", "sm_count")
+MAX_NAME = 200
+
+
+def checked_device_record(value: Any, error: type[Exception]) -> dict[str, Any]:
+    """A GPU model's record (``DeviceInfo.as_dict``'s form) as a database file or a matrix declares it, checked and
+    in one form: ``name`` (text), ``cc`` ('9.0'; a number such as 9.0 is read as its text), ``sm_count`` (a
+    non-negative integer), nothing else; ``error`` naming the field otherwise. Files are matched to GPU models by
+    these, so two spellings of one compute capability must not make two models."""
+    if not isinstance(value, dict) or not isinstance(value.get("name"), str) or \
+            not 0 < len(value["name"]) <= MAX_NAME:
+        raise error(f"field 'device' must be a mapping with a 'name' (text of 1 to {MAX_NAME} characters)")
+    unknown = [k for k in value if k not in DEVICE_FIELDS]
+    if unknown:
+        raise error(f"field 'device': unknown field {str(unknown[0])[:40]!r} (a device has "
+                    f"{', '.join(DEVICE_FIELDS)})")
+    record = {"name": value["name"]}
+    if "cc" in value:
+        cc = value["cc"]
+        text = f"{cc:.1f}" if type(cc) is float and math.isfinite(cc) and 0 <= cc < 100 else cc
+        if not isinstance(text, str) or not re.fullmatch(r"\d{1,2}\.\d{1,2}", text):
+            raise error(f"field 'device': 'cc' must be a compute capability such as '9.0', got {str(cc)[:40]!r}")
+        record["cc"] = text
+    if "sm_count" in value:
+        if type(value["sm_count"]) is not int or not 0 <= value["sm_count"] <= 100000:
+            raise error("field 'device': 'sm_count' must be a non-negative integer")
+        record["sm_count"] = value["sm_count"]
+    return record
 
 
 def device_slug(name: str) -> str:

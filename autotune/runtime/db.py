@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core.atomic import write_text_atomic
-from ..core.device import device_slug
+from ..core.device import checked_device_record, device_slug
 from ..core.fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import is_known
@@ -188,13 +188,7 @@ def _entry_label(raw: Any) -> str:
 
 
 def _device(value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict) or not isinstance(value.get("name"), str):
-        raise DatabaseError("field 'device' must be a mapping with a 'name'")
-    if "cc" in value and not isinstance(value["cc"], (str, float, int)):
-        raise DatabaseError("field 'device': 'cc' must be a compute capability such as '9.0'")
-    if "sm_count" in value and not _count(value["sm_count"]):
-        raise DatabaseError("field 'device': 'sm_count' must be a non-negative integer")
-    return value
+    return checked_device_record(value, DatabaseError)
 
 
 def parse_entry(raw: Any, validated: dict[tuple, dict[str, Any]] | None = None) -> Entry:
@@ -439,14 +433,32 @@ def _same(a: Path, b: Path) -> bool:
 
 
 def load_folder(folder: Path) -> tuple[list[DbFile], list[str]]:
-    """Every ``*.yaml`` file of the folder that can be read, and a sentence for each that cannot."""
+    """Every ``*.yaml`` file of the folder that can be read and is named for the GPU model it declares, and a
+    sentence for each that is not."""
     files, problems = [], []
     for path in sorted(Path(folder).glob("*.yaml")):
         try:
-            files.append(load_file(path))
+            db_file = load_file(path)
         except DatabaseError as exc:
             problems.append(str(exc))
+            continue
+        why = misnamed(db_file)
+        if why:
+            problems.append(why)
+        else:
+            files.append(db_file)
     return files, problems
+
+
+def misnamed(db_file: DbFile) -> str | None:
+    """Why a file of a database folder is not that of the GPU model it declares (None where it is): lookups find a
+    model's file by its name, so a copy or a backup beside it (``nvidia-h200.old.yaml``), or a file holding
+    another model's entries under this one's name, would serve the wrong model or the right one as another."""
+    expected = device_slug(db_file.device["name"])
+    if db_file.path.stem == expected:
+        return None
+    return (f"{db_file.path}: declares the GPU model {db_file.device['name']!r}, whose file is {expected}.yaml; "
+            f"rename it or move it out of the folder")
 
 
 def same_cc_files(folders: list[Path], name: str, cc: tuple[int, int]) -> tuple[list[DbFile], list[str]]:
@@ -456,7 +468,7 @@ def same_cc_files(folders: list[Path], name: str, cc: tuple[int, int]) -> tuple[
     for folder in folders:
         found, unread = load_folder(folder)
         problems += unread
-        files += [f for f in found if f.path.stem != device_slug(name) and str(f.device.get("cc")) == wanted]
+        files += [f for f in found if f.device["name"] != name and f.device.get("cc") == wanted]
     return files, problems
 
 

@@ -50,6 +50,7 @@ from .db import (
     db_path,
     folder_problem,
     load_file,
+    misnamed,
     named_folder,
     same_cc_files,
     shipped_folder,
@@ -319,6 +320,10 @@ def _read(path: Path) -> DbFile | None:
         db_file = load_file(path)
     except DatabaseError as exc:
         warn(f"skipped a database file that cannot be used: {exc}", TunedKernelWarning)
+        return None
+    wrong = misnamed(db_file)
+    if wrong:
+        warn(f"skipped a database file that cannot be used: {wrong}", TunedKernelWarning)
         return None
     _announce(db_file)
     return db_file

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..core.device import checked_device_record
 from ..core.problem import Problem, shape_text
 from ..core.registry import FamilyError
 from ..core.registry import family as family_named
@@ -127,11 +128,7 @@ def from_dict(raw: Any) -> CrossMatrix:
         raise MatrixError(f"not a cross-time matrix (field 'format' must be {FORMAT!r})")
     if raw.get("version") != VERSION:
         raise MatrixError(f"field 'version' is {raw.get('version')!r}; this autotune reads version {VERSION}")
-    device = raw.get("device")
-    if not isinstance(device, dict) or not isinstance(device.get("name"), str):
-        raise MatrixError("field 'device' must be a mapping with a 'name'")
-    if "sm_count" in device and not (type(device["sm_count"]) is int and 0 < device["sm_count"] < 100000):
-        raise MatrixError("field 'device': 'sm_count' must be a positive integer")
+    device = checked_device_record(raw.get("device"), MatrixError)  # written into the database as it is
     try:
         impl = family_named(raw.get("family"))
     except (FamilyError, TypeError) as exc:
