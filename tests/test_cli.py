@@ -66,6 +66,11 @@ def test_merge_writes_the_file_of_the_gpu_model_the_incoming_file_declares(tmp_p
     with warnings.catch_warnings():
         warnings.simplefilter("error", TunedKernelWarning)
         assert get_best_kernel("reduce", (1000,), device="NVIDIA Test GPU", db=tmp_path / "db").params["BLOCK"] == 64
+    other.write_text(other.read_text() + "rules:\n- {family: mykernel, dtype: float32, rank: 1, portfolio: [{}], "
+                                          "tree: {use: [0]}}\n")  # a rule of a family not registered here
+    out = cli("db", "merge", str(other), "--db", str(tmp_path / "db"), cwd=tmp_path)
+    assert out.returncode == 0 and "(not merged: 1 rules of families not registered here: mykernel;" in out.stdout, \
+        out.stdout + out.stderr
 
 
 def test_show_and_check_read_the_shipped_database_outside_a_checkout(tmp_path):

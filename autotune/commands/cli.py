@@ -722,8 +722,12 @@ def run_db_merge(args) -> int:
 
         for line in write_rules(target, other.device, other.rules, replace=args.force):
             print(line)
-    if other.foreign:
-        print(f"(not merged: {len(other.foreign)} entries of families not registered here: "
-              f"{', '.join(other.foreign_families)}; --family PATH loads one)")
+    if other.foreign or other.foreign_rules:
+        families = sorted(set(other.foreign_families) | {str(raw.get("family")) for raw in other.foreign_rules})
+        what = " and ".join(part for part in (f"{len(other.foreign)} entries" if other.foreign else "",
+                                              f"{len(other.foreign_rules)} rules" if other.foreign_rules else "")
+                            if part)
+        print(f"(not merged: {what} of families not registered here: {', '.join(families)}; --family PATH loads "
+              f"one)")
     print(f"merged into {target} (the file of {other.device['name']})")
     return 0
