@@ -19,9 +19,9 @@ The method follows Helion's ahead-of-time heuristics, sized for this project:
    Each of ``fill_alphas`` above 0 is a further nearest model: the vote with each neighbour's loss of a
    configuration corrected by alpha * log(its filled fraction there over the new shape's), the family's
    ``filled_fraction`` (matmul: tile padding times the last wave's filling) of the configuration as ``fit_config``
-   fits it to each shape. On the H200 matrices (five fold seeds, alpha chosen per fold as below) this lifted the
-   CUDA-core and mma.sync cases (float32 0.936 -> 0.951, 3xtf32 0.950 -> 0.976, float64 0.950 -> 0.956) and left
-   the wgmma ones within 0.003; a family without the notion (all fractions 1) has no such model.
+   fits it to each shape: a neighbour's timings do not show the time a configuration loses on a shape its tiles
+   overhang or whose last wave it leaves half empty (the figures: benchmarks/NOTES.md item 73). A family without
+   the notion (all fractions 1) has no such model.
 3. **Quality.** K-fold cross-validation over the shapes (a seeded permutation): the portfolio and model are
    fitted on the other folds and choose for each shape of the fold; its efficiency is the best time known for
    it over the chosen candidate's time. The geometric mean and the worst are reported. Where several models are
