@@ -84,14 +84,11 @@ def _coverage_parser(sub, common, chosen: list) -> None:
 def run_coverage(args) -> int:
     from ..core.device import current_device
 
-    from ..core.problem import dtype_name
+    from ..core.problem import family_dtype
 
     impl = chosen_one(args)
     family_args = family_values(args, impl)
-    dtype = dtype_name(args.dtype)
-    if dtype not in impl.dtypes:  # before the shape sets, which are drawn per dtype
-        raise ValueError(f"dtype {dtype!r} is not supported by {impl.name}; supported: {', '.join(impl.dtypes)}")
-    impl.check_dtype(dtype, family_args)
+    impl.check_dtype(family_dtype(impl, args.dtype), family_args)  # before the shape sets, drawn per dtype
     shape_set = "simulator" if args.simulator and not args.list else args.shape_set
     shapes = impl.shape_set(shape_set, args.dtype, family_args)
     shapes = shapes[:args.shapes] if args.shapes else shapes
@@ -231,18 +228,13 @@ def _rule_parser(sub, common) -> None:
 def run_rule_fit(args) -> int:
     from ..core.rule import parse_rule
     from ..runtime.db import db_dir, db_path, write_rules
-    from ..tuning.fit import FitSettings, fit_rule, parse_alphas
+    from ..tuning.fit import FitSettings, fit_rule
     from ..tuning.matrix import read_matrix
 
     settings = FitSettings(max_portfolio=args.max_portfolio, threshold=args.threshold, max_depth=args.depth,
                            min_leaf=args.min_leaf, folds=args.folds, seed=args.seed, model=args.model,
                            neighbours=args.neighbours, features=args.features, selection=args.selection,
                            fill_alphas=args.fill_alphas)
-    try:
-        parse_alphas(settings.fill_alphas)
-    except ValueError as exc:
-        print(f"autotune rule fit: {exc}", file=sys.stderr)
-        return 2
     refused = 0
     for name in args.matrix:
         matrix = read_matrix(name)

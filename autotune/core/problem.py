@@ -84,6 +84,14 @@ def dtype_name(dtype: Any) -> str:
         raise ValueError(f"dtype {dtype!r} is not a NumPy dtype") from None
 
 
+def family_dtype(impl, dtype: Any) -> str:
+    """``dtype``'s name where the family ``impl`` computes it; ValueError naming the family's dtypes otherwise."""
+    name = dtype_name(dtype)
+    if name not in impl.dtypes:
+        raise ValueError(f"dtype {name!r} is not supported by {impl.name}; supported: {', '.join(impl.dtypes)}")
+    return name
+
+
 @dataclass(frozen=True)
 class Problem:
     """``family``: the family's name; ``args``: its arguments, validated and completed with defaults."""
@@ -99,10 +107,7 @@ class Problem:
             args = impl.family_args(**dict(self.args))
         except TypeError as exc:
             raise ValueError(f"{self.family}: {exc}") from None
-        object.__setattr__(self, "dtype", dtype_name(self.dtype))
-        if self.dtype not in impl.dtypes:
-            raise ValueError(f"dtype {self.dtype!r} is not supported by {self.family}; supported: "
-                             f"{', '.join(impl.dtypes)}")
+        object.__setattr__(self, "dtype", family_dtype(impl, self.dtype))
         object.__setattr__(self, "shape", check_dims(self.shape))
         args = impl.canonical_args(self.shape, args)
         object.__setattr__(self, "args", args)
