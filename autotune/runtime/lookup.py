@@ -196,7 +196,7 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
         rule, db_file = by_rule
         order = ranking(rule, problem, db_file.device)
         return _fallback(problem, name, ranked_configs(rule, problem, db_file.device, order=order)[0], "rule",
-                         rule_phrase(problem, rule, db_file, order[0]))
+                         rule_phrase(rule, db_file, order[0]))
     # --
     found = _nearest_of(problem, own)
     if found:

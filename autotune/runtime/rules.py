@@ -64,10 +64,9 @@ def _device_info(device: dict[str, Any]) -> DeviceInfo:
     return _devices[key]
 
 
-def rule_phrase(problem: Problem, rule: Rule, db_file: DbFile, index: int | None = None) -> str:
-    """What a choice by a rule announces it used: which configuration (``index``, where the caller has it), which
-    rule, from which file, how good it was on held-out shapes."""
-    index = ranking(rule, problem, db_file.device)[0] if index is None else index
+def rule_phrase(rule: Rule, db_file: DbFile, index: int) -> str:
+    """What a choice by a rule announces it used: which configuration of its portfolio (``index``), which rule,
+    from which file, how good it was on held-out shapes."""
     return (f"configuration #{index} of the fitted rule for {rule.key} in {db_file.path} ({rule.summary()}), "
             f"fitted to the shape")
 

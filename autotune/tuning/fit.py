@@ -46,7 +46,7 @@ import numpy as np
 
 from ..core.device import DeviceInfo
 from ..core.registry import family as family_named
-from ..core.rule import MIN_FILL, SIZE, Rule, Split, nearest_items, rule_record
+from ..core.rule import MAX_FILL_ALPHA, MIN_FILL, SIZE, Rule, Split, nearest_items, rule_record
 from ..core.space import load_space
 from .matrix import CrossMatrix
 
@@ -56,6 +56,17 @@ MODEL_CHOICES = ("auto", "tree", "nearest")
 
 FEATURE_CHOICES = ("family", "dims")
 SELECTION_CHOICES = ("nested", "whole")
+
+
+def parse_alphas(text: str) -> list[float]:
+    """'0,0.25,0.5' -> [0.0, 0.25, 0.5]; ValueError where an alpha is no number from 0 to MAX_FILL_ALPHA."""
+    try:
+        alphas = [float(a) for a in str(text).split(",")]
+    except ValueError:
+        alphas = []
+    if not alphas or not all(0 <= a <= MAX_FILL_ALPHA for a in alphas):
+        raise ValueError(f"fill alphas must be numbers from 0 to {MAX_FILL_ALPHA:g} separated by commas, got {text!r}")
+    return alphas
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,9 @@ class FitSettings:
     features: str = "family"  # what the nearest model measures: the family's rule_features, or the dimensions
     selection: str = "nested"  # how model="auto" picks the model whose held-out quality is reported
     fill_alphas: str = "0,0.25,0.5"  # the nearest model's fill corrections tried ("0": the vote uncorrected)
+
+    def __post_init__(self):
+        parse_alphas(self.fill_alphas)  # ValueError naming the setting where it is no list of alphas
 
 
 #: the settings added after rules were first recorded, with the value a record without them was fitted with;
@@ -362,8 +376,6 @@ def cross_validate(matrix: CrossMatrix, rows: list[int], model: str, settings: F
 def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: str | None = None,
              date: str | None = None) -> FitResult:
     """The rule for the matrix's family, dtype and arguments, with its cross-validated quality."""
-    if settings.model not in MODEL_CHOICES:
-        raise ValueError(f"model {settings.model!r} is not one of {', '.join(MODEL_CHOICES)}")
     rows = matrix.ruled_rows()
     if not rows:
         raise ValueError(f"the matrix of {matrix.case} has no measured shape its rule would serve: nothing to fit")
@@ -372,7 +384,7 @@ def fit_rule(matrix: CrossMatrix, settings: FitSettings = FitSettings(), data: s
     fills = Fills(matrix)
     models = model_names(settings, fills.noticed(rows))
     checked = {m: cross_validate(matrix, rows, m, settings, fills) for m in models}
-    model = max(models, key=lambda m: (_score(checked[m][0]), m == "tree", -fill_alpha(m)))
+    model = _preferred(models, {m: _score(checked[m][0]) for m in models})
     held_out, per_shape = checked[model]
     if len(models) > 1 and settings.selection == "nested":
         held_out, per_shape = cross_validate(matrix, rows, "auto", settings, fills, models)
@@ -424,24 +436,15 @@ def model_names(settings: FitSettings, filled: bool = True) -> tuple[str, ...]:
     return tuple(names)
 
 
-def parse_alphas(text: str) -> list[float]:
-    """'0,0.25,0.5' -> [0.0, 0.25, 0.5]; ValueError where an alpha is no number from 0 to MAX_FILL_ALPHA."""
-    from ..core.rule import MAX_FILL_ALPHA
-
-    try:
-        alphas = [float(a) for a in str(text).split(",")]
-    except ValueError:
-        alphas = []
-    if not alphas or not all(0 <= a <= MAX_FILL_ALPHA for a in alphas):
-        raise ValueError(f"fill alphas must be numbers from 0 to {MAX_FILL_ALPHA:g} separated by commas, got {text!r}")
-    return alphas
-
-
 def _better_model(matrix: CrossMatrix, rows: list[int], models: tuple[str, ...], settings: FitSettings,
                   fills: Fills | None = None) -> str:
     """The model with the better cross-validated geometric mean on ``rows`` alone (the tree on a tie, then the
     smaller fill alpha)."""
-    scores = {m: _score(cross_validate(matrix, rows, m, settings, fills)[0]) for m in models}
+    return _preferred(models, {m: _score(cross_validate(matrix, rows, m, settings, fills)[0]) for m in models})
+
+
+def _preferred(models: tuple[str, ...], scores: dict[str, float]) -> str:
+    """The model of the best score; on a tie the tree (it reads better), then the smaller fill alpha."""
     return max(models, key=lambda m: (scores[m], m == "tree", -fill_alpha(m)))
 
 
