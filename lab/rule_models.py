@@ -66,26 +66,24 @@ class Filled:
         return self.cache[key]
 
 
-def corrected_choices(matrix, train, test, settings, alpha: float, log_fill: Filled) -> list[float]:
-    """Efficiencies on the ``test`` rows of the vote fitted on ``train``, its losses corrected by ``alpha``
-    times the change of log(fill) from each neighbour to the test shape."""
-    fitted = _fit(matrix, train, "nearest", settings)
+def corrected_choice(fitted, shapes: list, q: tuple, alpha: float, log_fill: Filled) -> int:
+    """The candidate the vote ``fitted`` on ``shapes`` chooses for ``q``, each neighbour's loss of a configuration
+    corrected by ``alpha`` times the change of its log(fill) from the neighbour to ``q``."""
     rule = fitted.rule
     points, losses = np.array([n.point for n in rule.nearest]), np.array([n.losses for n in rule.nearest])
-    shapes = [matrix.shapes[r] for r in train]
-    effs = []
-    for r in test:
-        q = matrix.shapes[r]
-        d = np.abs(points - np.array(feature_point(q, rule.features))).sum(axis=1)
-        near = np.argsort(d, kind="stable")[:rule.neighbours]
-        w = 1.0 / (d[near] + 0.5)
-        score = []
-        for j, c in enumerate(fitted.portfolio):
-            base = float((w * losses[near, j]).sum() / w.sum())
-            shift = float(sum(wi * (log_fill(c, shapes[n]) - log_fill(c, q)) for wi, n in zip(w, near)) / w.sum())
-            score.append(base + alpha * shift)
-        effs.append(efficiency(matrix, r, fitted.portfolio[int(np.argmin(score))]))
-    return effs
+    d = np.abs(points - np.array(feature_point(q, rule.features))).sum(axis=1)
+    near = np.argsort(d, kind="stable")[:rule.neighbours]
+    w = 1.0 / (d[near] + 0.5)
+    score = [float((w * losses[near, j]).sum() / w.sum()) + alpha * float(
+        sum(wi * (log_fill(c, shapes[n]) - log_fill(c, q)) for wi, n in zip(w, near)) / w.sum())
+        for j, c in enumerate(fitted.portfolio)]
+    return fitted.portfolio[int(np.argmin(score))]
+
+
+def corrected_choices(matrix, train, test, settings, alpha: float, log_fill: Filled) -> list[float]:
+    """Efficiencies on the ``test`` rows of the corrected vote fitted on ``train``."""
+    fitted, shapes = _fit(matrix, train, "nearest", settings), [matrix.shapes[r] for r in train]
+    return [efficiency(matrix, r, corrected_choice(fitted, shapes, matrix.shapes[r], alpha, log_fill)) for r in test]
 
 
 def corrected_quality(matrix, rows, settings, seed, alpha, slots, wgmma=True) -> Quality:
@@ -124,24 +122,15 @@ def held_out_quality(coverage, held, alpha: float, slots: int) -> tuple[Quality,
     """The vote fitted on every coverage shape, corrected by ``alpha``, choosing for each shape of the held-out
     matrix (never fitted on), judged by that matrix's cells: its best time over the chosen one's (matched by the
     fitted form, as ``autotune rule score`` does); with how many shapes the held-out matrix lacks the choice."""
-    settings = FitSettings(model="nearest")
     rows = coverage.ruled_rows()
-    fitted = _fit(coverage, rows, "nearest", settings)
-    rule, log_fill = fitted.rule, Filled(coverage, slots)
-    points, losses = np.array([n.point for n in rule.nearest]), np.array([n.losses for n in rule.nearest])
+    fitted, log_fill = _fit(coverage, rows, "nearest", FitSettings(model="nearest")), Filled(coverage, slots)
     shapes, impl = [coverage.shapes[r] for r in rows], log_fill.impl
     effs, unknown = [], 0
     for r in held.ruled_rows():
         q = held.shapes[r]
-        d = np.abs(points - np.array(feature_point(q, rule.features))).sum(axis=1)
-        near = np.argsort(d, kind="stable")[:rule.neighbours]
-        w = 1.0 / (d[near] + 0.5)
-        score = [float((w * losses[near, j]).sum() / w.sum()) + alpha * float(
-            sum(wi * (log_fill(c, shapes[n]) - log_fill(c, q)) for wi, n in zip(w, near)) / w.sum())
-            for j, c in enumerate(fitted.portfolio)]
         problem = held.problem(q)
         form = lambda config: config_key(impl.fit_config(config, problem, log_fill.device, log_fill.space))  # noqa
-        chosen = form(coverage.candidates[fitted.portfolio[int(np.argmin(score))]])
+        chosen = form(coverage.candidates[corrected_choice(fitted, shapes, q, alpha, log_fill)])
         column = {form(c): i for i, c in enumerate(held.candidates)}.get(chosen)
         t = held.ms[r][column] if column is not None else None
         if t is None:
