@@ -10,7 +10,8 @@ OUT_FOLDER/<its name>. --as-layout L: only matmul's layout-nn rules (every preci
 portfolio and its model of the shapes unchanged: the nn shapes' measurements stand for L's). Then
 `autotune bench --family matmul [--layout L] --held-out --db OUT_FOLDER --out DIR` on that model: exact entries
 still come first, then these rules, where without --db the nearest entry is used. Refused where the two models
-differ in compute capability or multiprocessor count (a rule's splits are fitted to the count).
+differ in compute capability or multiprocessor count (a rule's splits are fitted to the count). Where such a bench
+shows a rule wins, `autotune rule adopt FROM_FILE MODEL_FILE KEY` puts it in the model's own file.
 """
 from __future__ import annotations
 
@@ -21,12 +22,14 @@ from pathlib import Path
 
 from autotune.core.rule import parse_rule
 from autotune.runtime.db import load_file, write_rules
+from autotune.runtime.rules import adopted, sibling_differences
 
 
 def borrowed(source, layout: str | None) -> list:
-    """The source file's rules, or with ``layout`` its matmul nn rules relabelled to serve that layout."""
+    """The source file's rules, marked with its model as `autotune rule adopt` marks them, or with ``layout`` its
+    matmul nn rules relabelled to serve that layout."""
     if layout is None:
-        return list(source.rules)
+        return [adopted(rule, source) for rule in source.rules]
     found = []
     for rule in source.rules:
         if rule.family == "matmul" and rule.record.get("layout") == "nn":
@@ -45,11 +48,10 @@ def main(argv: list[str]) -> int:
     args = ap.parse_args(argv)
     source, model, out = load_file(Path(args.source), strict=True), load_file(Path(args.model), strict=True), \
         Path(args.out)
-    for key in ("cc", "sm_count"):
-        if str(source.device.get(key)) != str(model.device.get(key)):
-            print(f"{args.source} and {args.model} differ in {key}: {source.device.get(key)} and "
-                  f"{model.device.get(key)}", file=sys.stderr)
-            return 1
+    differences = sibling_differences(source.device, model.device)
+    if differences:
+        print(f"{args.source} and {args.model} differ in {'; '.join(differences)}", file=sys.stderr)
+        return 1
     rules = borrowed(source, args.as_layout)
     out.mkdir(parents=True, exist_ok=True)
     target = out / Path(args.model).name

@@ -239,7 +239,7 @@ def test_met_tune_tunes_exactly_the_recorded_shapes(tmp_path):
     assert not (tmp_path / "cache" / "met" / "cuda-simulator.jsonl").exists()  # cleared once tuned
 
 
-def test_rule_commands_fit_show_check_and_score(tmp_path):
+def test_rule_commands_fit_show_check_score_and_adopt(tmp_path):
     fixture = ROOT / "tests" / "data" / "synthetic-matrix.json"
     out = cli("rule", "fit", str(fixture), "--db", "db", "--max-portfolio", "4", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
@@ -250,6 +250,16 @@ def test_rule_commands_fit_show_check_and_score(tmp_path):
     assert "1 valid rules" in cli("db", "check", "--db", "db", cwd=tmp_path).stdout
     scored = cli("rule", "score", str(fixture), "--db", "db", cwd=tmp_path)
     assert scored.returncode == 0 and "geometric mean" in scored.stdout, scored.stderr
+    # another model of the same compute capability and multiprocessor count adopts the rule; one of another refuses
+    fitted = db.load_file(db.db_path(tmp_path / "db", "Synthetic GPU"))
+    for name, change in (("Sibling GPU", {}), ("Bigger GPU", {"sm_count": fitted.device["sm_count"] + 1})):
+        db.write_entries(db.db_path(tmp_path / "other", name), dict(fitted.device, name=name, **change), [])
+    adopted = cli("rule", "adopt", str(fitted.path), "other/sibling-gpu.yaml", "matmul/float32/nn", cwd=tmp_path)
+    assert adopted.returncode == 0 and "added the rule for matmul/float32/nn" in adopted.stdout, adopted.stderr
+    assert "fitted on the coverage of Synthetic GPU" in cli("rule", "show", "--db", "other", cwd=tmp_path).stdout
+    refused = cli("rule", "adopt", str(fitted.path), "other/bigger-gpu.yaml", "matmul/float32/nn", cwd=tmp_path)
+    assert refused.returncode == 1 and "differ in sm_count" in refused.stderr and not \
+        db.load_file(db.db_path(tmp_path / "other", "Bigger GPU")).rules
 
 
 def test_candidates_take_the_rule_portfolios_of_models_of_the_same_compute_capability(tmp_path):

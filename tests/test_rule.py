@@ -17,7 +17,7 @@ from autotune.core.rule import RuleError, Split, parse_rule, rule_record
 from autotune.core.space import config_key, load_space
 from autotune.runtime import db
 from autotune.runtime.lookup import TunedKernelWarning, choice, choose, get_best_kernel
-from autotune.runtime.rules import ranked_configs, rule_for
+from autotune.runtime.rules import adopt_rules, adopted, ranked_configs, rule_for
 from autotune.tuning.instance import Instance
 from autotune.tuning.fit import (LEGACY, FitSettings, Quality, efficiency, fit_rule, folds_of, losses,
                                  select_portfolio, settings_of, settings_record)
@@ -444,6 +444,63 @@ def test_a_merge_keeps_the_files_own_rule_unless_forced(tmp_path):
     assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (0, 1)
     assert db.write_rules(path, SIM, [theirs])[0].startswith("replaced the rule for matmul/float32/nn")
     assert db.load_file(path).rules[0].ranking((9, 9, 9)) == (1, 0)
+
+
+# -- a sibling model's rule, adopted -------------------------------------------------------------------
+SIBLING = {"name": "Sibling GPU", "cc": "9.0", "sm_count": 2}
+
+
+def sibling_files(tmp_path, target_device=SIM):
+    """A folder with SIBLING's file holding the planted rule and an empty file of ``target_device``."""
+    db.write_rules(db.db_path(tmp_path, SIBLING["name"]), SIBLING, [parse_rule(rule_raw())])
+    target = db.db_path(tmp_path, target_device["name"])
+    db.write_entries(target, target_device, [])
+    return db.load_file(db.db_path(tmp_path, SIBLING["name"])), target
+
+
+def test_an_adopted_rule_chooses_and_says_whose_coverage_it_was_fitted_on(tmp_path):
+    source, target = sibling_files(tmp_path)
+    problem = Problem("matmul", (500, 300, 100), "float32")
+    assert choice(problem, [tmp_path], device=SIM["name"]).how == "default"
+    notes = adopt_rules(source, target, ["matmul/float32/nn"])
+    assert notes[0].startswith("added the rule for matmul/float32/nn") and "fitted on the coverage of Sibling GPU" \
+        in notes[0]
+    rule = db.load_file(target).rules[0]
+    assert rule.adopted_from == "Sibling GPU" and rule.portfolio == source.rules[0].portfolio
+    chosen = choice(problem, [tmp_path], device=SIM["name"])
+    assert chosen.how == "rule" and str(target) in chosen.note and "fitted on the coverage of Sibling GPU" in \
+        chosen.note and "on its held-out shapes 0.970" in chosen.note
+    assert chosen.params["BM"] == SMALL["BM"]  # K = 100 <= 256, as the sibling's rule chooses
+    # adopted again (a newer sibling rule), it is replaced without --force; its origin is kept through a second hop
+    assert adopt_rules(source, target, ["matmul/float32/nn"])[0].startswith("replaced")
+    assert adopted(db.load_file(target).rules[0], db.load_file(target)).adopted_from == "Sibling GPU"
+
+
+@pytest.mark.parametrize("change, words", [({"sm_count": 4}, "sm_count 2 and 4"), ({"cc": "8.0"}, "cc 9.0 and 8.0")])
+def test_a_rule_is_not_adopted_across_models_that_are_not_siblings(tmp_path, change, words):
+    source, target = sibling_files(tmp_path, dict(SIM, **change))
+    before = target.read_bytes()
+    with pytest.raises(db.DatabaseError, match=words) as refused:
+        adopt_rules(source, target, ["matmul/float32/nn"])
+    assert str(target) in str(refused.value) and "Sibling GPU" in str(refused.value)
+    assert target.read_bytes() == before
+
+
+def test_adopting_names_a_missing_rule_and_keeps_the_files_own(tmp_path):
+    source, target = sibling_files(tmp_path)
+    with pytest.raises(db.DatabaseError, match="no rule for matmul/float64/nn \\(its rules: matmul/float32/nn\\)"):
+        adopt_rules(source, target, ["matmul/float64/nn"])
+    own = parse_rule(rule_raw(tree={"use": [1, 0]}))
+    db.write_rules(target, SIM, [own])
+    with pytest.raises(db.DatabaseError, match="its own rule for matmul/float32/nn"):
+        adopt_rules(source, target, ["matmul/float32/nn"])
+    assert db.load_file(target).rules[0].ranking((9, 9, 9)) == (1, 0)
+    adopt_rules(source, target, ["matmul/float32/nn"], force=True)
+    assert db.load_file(target).rules[0].ranking((9, 9, 9)) == (0, 1)
+    with pytest.raises(RuleError, match="'adopted_from'"):
+        parse_rule(rule_raw(adopted_from=""))
+    with pytest.raises(RuleError, match="'adopted_from'"):
+        parse_rule(rule_raw(adopted_from=["H200"]))
 
 
 # -- the vote corrected by how each configuration fills the shape ------------------------------------------

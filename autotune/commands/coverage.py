@@ -1,5 +1,5 @@
 """The commands of shapes nobody tuned: ``autotune coverage`` (measure a family over its documented shape set),
-``autotune rule fit|show|score`` (the fitted choice for untuned shapes) and ``autotune met list|tune|clear`` (the
+``autotune rule fit|show|score|adopt`` (the fitted choice for untuned shapes) and ``autotune met list|tune|clear`` (the
 shapes your programs met without an exact entry).
 
     autotune coverage matmul --dtype float32 --device 0,1,2,3 --time-limit 600   # the cross-time matrix
@@ -223,6 +223,22 @@ def _rule_parser(sub, common) -> None:
     score.add_argument("matrix", metavar="MATRIX")
     score.add_argument("--db", help="your database folder (default $AUTOTUNE_DB or ./tuned_db)")
     score.set_defaults(run=run_rule_score)
+    adopt = rsub.add_parser("adopt", help="serve cases with the rules of another GPU model of the same compute "
+                            "capability and multiprocessor count",
+                            description="Copy FROM_FILE's rules for each KEY into INTO_FILE, marked with the model "
+                            "they were fitted on (lookups and `autotune rule show` name it). For a model without "
+                            "coverage of its own, where a held-out bench showed the sibling's rule wins over the "
+                            "nearest entry: `autotune bench --held-out --db FOLDER` with the rules in a folder of "
+                            "their own read first. A later `autotune rule fit` of the model's own coverage replaces "
+                            "them.")
+    adopt.add_argument("source", metavar="FROM_FILE", help="the database file whose rules are taken "
+                       "(e.g. tuned_db/nvidia-h200.yaml)")
+    adopt.add_argument("into", metavar="INTO_FILE", help="the database file of the model they are to serve "
+                       "(e.g. tuned_db/nvidia-h100-80gb-hbm3.yaml)")
+    adopt.add_argument("keys", nargs="+", metavar="KEY", help="the cases, as `autotune rule show` names them "
+                       "(matmul/float32/nn)")
+    adopt.add_argument("--force", action="store_true", help="replace a rule INTO_FILE fitted on its own coverage")
+    adopt.set_defaults(run=run_rule_adopt)
 
 
 def run_rule_fit(args) -> int:
@@ -316,6 +332,20 @@ def run_rule_score(args) -> int:
     print(f"the rule for {rule.key} in {db_file.path} on {args.matrix}: {quality.text()}")
     if unknown:
         print(f"  {len(unknown)} shapes where the matrix did not measure the rule's choice: {', '.join(unknown[:10])}")
+    return 0
+
+
+def run_rule_adopt(args) -> int:
+    from ..runtime.db import DatabaseError, load_file
+    from ..runtime.rules import adopt_rules
+
+    try:
+        source = load_file(Path(args.source), strict=True)
+        for line in adopt_rules(source, Path(args.into), args.keys, force=args.force):
+            print(f"  {line} -> {args.into}")
+    except DatabaseError as exc:
+        print(f"autotune rule adopt: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

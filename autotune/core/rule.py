@@ -24,7 +24,10 @@ and a **model** that ranks them for any shape. Two models exist, both determinis
 The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first
 few. The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
 edge handling), as the cross-time matrix measured it. ``fit`` records the settings the rule was fitted with and
-``data`` the matrix, so that anyone can fit it again and get the same rule. Nothing here runs code from the file:
+``data`` the matrix, so that anyone can fit it again and get the same rule. ``adopted_from`` names the GPU model
+whose coverage a rule was fitted on where that is another model of the same compute capability and multiprocessor
+count (``autotune rule adopt``: a model without coverage of its own serves a case with a sibling's rule where a
+bench showed that it wins over the nearest entry). Nothing here runs code from the file:
 the tree is walked, never evaluated, and every field is checked (portfolio entries against the family's search
 space) before use.
 """
@@ -36,6 +39,7 @@ from typing import Any, Mapping, NamedTuple, Union
 
 import numpy as np
 
+from .device import MAX_NAME
 from .problem import MAX_DIMENSION
 from .fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from .registry import family as family_named
@@ -51,7 +55,7 @@ MAX_NEIGHBOURS = 64
 MAX_FEATURES = 16
 MAX_SLOWDOWN = 1e6
 FIELDS = ("family", "dtype", "rank", "portfolio", "tree", "nearest", "features", "neighbours", "fill_alpha", "quality",
-          "fit", "data", "date")
+          "fit", "data", "date", "adopted_from")
 MAX_FILL_ALPHA = 4.0
 NEAREST_OFFSET = 0.5  # the weight of a neighbour at distance d (in log2 units) is 1 / (d + NEAREST_OFFSET)
 MIN_FILL = 1e-4  # a filled fraction is at least this (a file's at least 0.0001: 4 significant digits)
@@ -107,6 +111,7 @@ class Rule:
     neighbours: int = 1
     fill_alpha: float = 0.0
     quality: dict[str, Any] = field(default_factory=dict)
+    adopted_from: str = ""  # the GPU model whose coverage it was fitted on, where that is not the file's own
     record: dict[str, Any] = field(default_factory=dict)
     _table: Any = field(default=None, compare=False, repr=False)  # the nearest items as arrays, for speed
 
@@ -159,15 +164,18 @@ class Rule:
         return self.portfolio[self.ranking(shape, fills)[0]]
 
     def summary(self) -> str:
-        """One line on what the rule is and how well it did on shapes it was not fitted on."""
+        """One line on what the rule is, whose coverage it was fitted on where not its file's model, and how well
+        it did on shapes it was not fitted on."""
         q = self.quality
-        held = ""
-        if "held_out_geomean" in q:
-            held = (f", on held-out shapes {q['held_out_geomean']:.3f} of the best time in geometric mean and "
-                    f"{q.get('held_out_worst', float('nan')):.3f} at worst")
         fill = f", its vote corrected by the configurations' fill (alpha {self.fill_alpha:g})" if self.wants_fills \
             else ""
-        return f"a {self.model} over a portfolio of {len(self.portfolio)} configurations{fill}{held}"
+        adopted = f", fitted on the coverage of {self.adopted_from} (adopted: the same compute capability and " \
+            f"multiprocessor count)" if self.adopted_from else ""
+        held = ""
+        if "held_out_geomean" in q:
+            held = (f", on {'its ' if self.adopted_from else ''}held-out shapes {q['held_out_geomean']:.3f} of the "
+                    f"best time in geometric mean and {q.get('held_out_worst', float('nan')):.3f} at worst")
+        return f"a {self.model} over a portfolio of {len(self.portfolio)} configurations{fill}{adopted}{held}"
 
 
 def feature_value(shape: tuple[int, ...], feature: int | str) -> float:
@@ -242,9 +250,13 @@ def parse_rule(raw: Any) -> Rule:
     for name in ("data", "date"):
         if name in raw and not isinstance(raw[name], str):
             raise RuleError(f"field {name!r} must be text, got {short(raw[name])}")
+    adopted_from = raw.get("adopted_from", "")
+    if not isinstance(adopted_from, str) or "adopted_from" in raw and not 0 < len(adopted_from) <= MAX_NAME:
+        raise RuleError(f"field 'adopted_from' must name the GPU model the rule was fitted on (text of 1 to "
+                        f"{MAX_NAME} characters), got {short(adopted_from)}")
     return Rule(family=family, dtype=dtype, args=args, rank=rank, portfolio=portfolio, tree=tree, nearest=nearest,
                 features=features, neighbours=neighbours, fill_alpha=float(fill_alpha), quality=dict(quality),
-                record=dict(raw))
+                adopted_from=adopted_from, record=dict(raw))
 
 
 def _portfolio(value: Any, family: str, dtype: str, args: dict[str, Any]) -> tuple[dict[str, Any], ...]:
