@@ -254,6 +254,14 @@ def test_each_step_names_itself_and_the_bench_row_records_it(folder, tmp_path, m
              [("matmul", (64, 64, 64), {"layout": "nn"}, MATMUL_A)])
     assert how((64, 64, 64), folders=(tmp_path / "empty", other)) == "other gpu"
     assert how((64, 64, 64), "tn", folders=(tmp_path / "empty", other)) == "nn: other gpu"
+    # a named model takes the same step, with the compute capability its own file declares (none without a file)
+    db.write_entries(db.db_path(tmp_path / "named", "Named GPU"), {"name": "Named GPU", "cc": "9.0", "sm_count": 2}, [])
+    named = [lk.choice(Problem("matmul", (64, 64, 64), "float32"), [tmp_path / "named", other], device=gpu).how
+             for gpu in ("Named GPU", "Unknown GPU")]
+    assert named == ["other gpu", "default"]
+    db.write_entries(db.db_path(tmp_path / "older", "Older GPU"), {"name": "Older GPU", "cc": "8.0", "sm_count": 2}, [])
+    assert lk.choice(Problem("matmul", (64, 64, 64), "float32"), [tmp_path / "older", other],
+                     device="Older GPU").how == "default"
     clustered = Problem("matmul", (19, 23, 29), "float16")  # a cluster of 2 shares A's tiles: not for a transposed A
     params = load_space("matmul").validate({"BM": 256, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1,
                                             "CLUSTER": 2, "ASYNC_STAGES": 4}, dtype="float16", args=clustered.args)

@@ -11,7 +11,8 @@ GPU model, only yours is read unless ``device`` names a model. For a problem on 
    first on a tie, fitted to the shape by the family as a rule's choice is (its split-K, edges and row splits
    were another shape's). Distance is the sum over dimensions of |log2(a) - log2(b)|, so 4096 is as far from
    2048 as from 8192;
-4. else a file of another GPU model with the same compute capability, the same way (yours first);
+4. else a file of another GPU model with the same compute capability (the GPU's, or for a named model the one its
+   own file declares), the same way (yours first);
 5. else, where the family names stand-in arguments (``KernelFamily.stand_in_args``: matmul's layout nn for a
    transposed layout with nothing tuned of its own), steps 1-4 for them, used where valid for the problem's
    arguments (an exact entry's configuration as it was tuned, any other fitted to the problem);
@@ -36,7 +37,7 @@ from typing import Any
 
 from ..core import backend
 from ..core.caller import TunedKernelWarning, warn
-from ..core.device import current_device
+from ..core.device import DeviceInfo, current_device
 from ..core.problem import Problem, shape_text
 from ..core.registry import command_spec
 from ..core.space import load_space
@@ -204,16 +205,19 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
         params, how = _fitted_nearest(entry, db_file.device, problem)
         return _fallback(problem, name, params, "nearest", f"the nearest entry, shape "
                          f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
-    if info is not None:
-        found = _nearest_of(problem, _same_cc_files(folders, name, info.cc), exact_first=True)
+    # the GPU this process runs on, or the named model as its own file declares it (its compute capability is known
+    # only from there: a named model without a file has no other-GPU step)
+    record = info.as_dict() if info is not None else (own[0].device if own else None)
+    if record is not None and "cc" in record:
+        cc = DeviceInfo.from_record(record).cc
+        found = _nearest_of(problem, _same_cc_files(folders, name, cc), exact_first=True)
         if found:
             entry, db_file = found
             what = "the entry" if entry.problem.shape == problem.shape else \
                 f"the nearest entry, shape {shape_text(entry.problem.shape)}"
-            params, how = _fitted_nearest(entry, info.as_dict(), problem)
+            params, how = _fitted_nearest(entry, record, problem)
             return _fallback(problem, name, params, "other gpu", f"{what} from {db_file.path} "
                              f"({db_file.device.get('name')}, same compute capability){how}", entry, db_file.path)
-    record = info.as_dict() if info is not None else (own[0].device if own else None)
     stood_in, passed_over = _stand_in(problem, folders, device, record) if record else (None, [])
     if stood_in:
         return stood_in
