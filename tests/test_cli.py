@@ -204,6 +204,29 @@ def test_warm_compiles_a_small_database_for_a_compute_capability_without_a_gpu(t
     assert none.returncode == 3 and "--cc" in none.stderr
 
 
+def test_a_compile_past_the_limit_is_timed_out_even_where_the_alarm_is_swallowed(monkeypatch):
+    """Code that catches everything can swallow the alarm that stops a compile; the clock still decides."""
+    import time
+
+    from autotune.commands import selftest
+    from autotune.tuning import evaluate
+    from autotune.tuning.records import CompileResult
+
+    def swallowing(job):
+        try:
+            time.sleep(0.5)
+        except BaseException:  # as a library's catch-all would
+            pass
+        return CompileResult(ok=True)
+
+    monkeypatch.setattr(evaluate, "compile_variant", swallowing)
+    monkeypatch.setitem(selftest._interrupted, "numba", False)
+    result = selftest.compile_within(None, 0.1)
+    assert not result.ok and result.stage == "timeout" and selftest._interrupted["numba"]
+    monkeypatch.setitem(selftest._interrupted, "numba", False)
+    assert selftest.compile_within(None, 5.0).ok
+
+
 def test_selftest_names_and_skips_a_variant_whose_compile_runs_past_the_limit():
     """The selftest's compile pass stops a compile at the limit, names the variant and leaves it out of the checks;
     the variants that compiled in time stay in the plan (the real compiler, in a compile process)."""
