@@ -326,6 +326,18 @@ def test_each_committed_rule_is_what_its_committed_matrix_gives(path):
     assert yaml.safe_load(yaml.safe_dump(again.record)) == rule.record
 
 
+def test_each_shipped_adopted_rule_is_its_models_rule_today():
+    """A rule tuned_db/ holds adopted from another model (``autotune rule adopt``) is that model's shipped rule, field
+    for field but the mark: a refit of the source leaves no stale copy behind unnoticed (its bench was of the old)."""
+    files = {f.device["name"]: f for f in (db.load_file(p, strict=True) for p in (ROOT / "tuned_db").glob("*.yaml"))}
+    adopted_rules = [(f, r) for f in files.values() for r in f.rules if r.adopted_from]
+    for holder, rule in adopted_rules:
+        source = next((r for r in files[rule.adopted_from].rules if r.key == rule.key), None)
+        assert source is not None and dict(rule.record, adopted_from=None) == dict(source.record, adopted_from=None), \
+            f"{holder.path}'s rule for {rule.key} is not {rule.adopted_from}'s today: bench the new one and run " \
+            f"`autotune rule adopt {files[rule.adopted_from].path} {holder.path} {rule.key}`, or remove it"
+
+
 # -- the file form ------------------------------------------------------------------------------------
 def test_rules_live_in_the_database_file_and_round_trip(tmp_path, synthetic):
     rule = parse_rule(fit_rule(synthetic).record)
