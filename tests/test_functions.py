@@ -127,6 +127,21 @@ def test_refused_calls_say_why(rng):
         autotune.sum(cuda.to_device(x)[:, ::2])
     with pytest.raises(TypeError, match="axis"):
         autotune.sum(x, axis=1.0)
+    with pytest.raises(TypeError):
+        np.sum(x, axis=[0, 1])
+    with pytest.raises(TypeError, match="axis must be"):  # as NumPy: a list is no axis
+        autotune.sum(x, axis=[0, 1])
+    for order in (">", "<"):  # the one not native: its bytes would reach the GPU as they are
+        swapped = x.astype(x.dtype.newbyteorder(order))
+        if swapped.dtype.isnative:
+            continue
+        assert np.sum(swapped) == pytest.approx(np.sum(x))
+        with pytest.raises(ValueError, match="byte order"):
+            autotune.sum(swapped)
+        with pytest.raises(ValueError, match="out is of byte order"):
+            autotune.sum(x, axis=2, out=np.empty((3, 4), swapped.dtype))
+        with pytest.raises(ValueError, match="byte order"):
+            autotune.matmul(swapped[0], x[0].T.copy())
 
 
 def test_over_no_axis_as_numpy_converting_where_it_does_and_a_0d_result_is_a_scalar(rng):
@@ -144,6 +159,13 @@ def test_over_no_axis_as_numpy_converting_where_it_does_and_a_0d_result_is_a_sca
         for kwargs in ({"keepdims": True}, {"axis": ()}, {"axis": (), "keepdims": True}, {}):
             got, want = getattr(autotune, op)(v, **kwargs), getattr(np, op)(v, **kwargs)
             assert type(got) is type(want) is np.float32 and got == want, (op, kwargs)
+    v = np.array(rng.standard_normal(), dtype=np.float32)
+    for op in ("sum", "max", "nanmin"):  # NumPy takes axis 0 or -1 of a 0-d array as no axis, not (0,)
+        for axis in (0, -1):
+            assert getattr(autotune, op)(v, axis=axis) == getattr(np, op)(v, axis=axis) == v
+        for axis in ((0,), 1):
+            with pytest.raises(np.exceptions.AxisError):
+                getattr(autotune, op)(v, axis=axis)
     y = x.astype(np.float32).copy(order="F")
     y[0, 0] = np.nan
     out = np.full(y.shape, 7.0, np.float32, order="F")
@@ -261,6 +283,8 @@ def test_matmul_of_bfloat16_is_float16s_twin(rng):
     assert exact.min() > 256
     got = autotune.matmul(A, B)
     assert got.dtype == bf16 and got.shape == (9, 6)
+    # np.dot's dtype, PyTorch's and JAX's; np.matmul's float32 is ml_dtypes' missing loop (README, "follow NumPy")
+    assert np.dot(A, B).dtype == bf16 and np.matmul(A, B).dtype == np.float32
     np.testing.assert_array_equal(got.astype(np.float64), exact.astype(bf16).astype(np.float64))
     wide = autotune.matmul(A, B, dtype=np.float32)
     assert wide.dtype == np.float32

@@ -67,6 +67,7 @@ def to_device(x: Any, name: str, dlpack_stream: int = 1):
     viewed with its own strides, as the same array on the device would be."""
     if isinstance(x, np.ndarray):
         check_plain(x, name)
+        check_native(x, name)
         if not (x.flags.c_contiguous or x.flags.f_contiguous) and dense_order(x) is None:
             raise ValueError(f"{name} is a strided view (strides {x.strides}); pass np.ascontiguousarray({name})")
         return host_to_device(x)
@@ -85,6 +86,14 @@ def to_device(x: Any, name: str, dlpack_stream: int = 1):
         return device_view_of_dlpack(x, dlpack_stream)
     raise TypeError(f"{name} must be a NumPy array, a Numba device array, a CUDA array (CuPy, PyTorch tensor), a "
                     f"DLPack producer (JAX) or a PyTorch CPU tensor; got {type(x).__name__}")
+
+
+def check_native(x: np.ndarray, name: str) -> None:
+    """ValueError for a NumPy array whose elements are not in this machine's byte order (a big-endian ``>f4``):
+    its dtype's name is the native one's, but the GPU would read (or write) its bytes as they are."""
+    if not x.dtype.isnative:
+        raise ValueError(f"{name} is of byte order {x.dtype.byteorder!r}, not this machine's; autotune reads and "
+                         f"writes native byte order: pass {name}.astype({name}.dtype.newbyteorder('='))")
 
 
 #: NumPy array types taken as plain arrays: ndarray, and memmap (an ndarray over a file's pages, no other meaning)

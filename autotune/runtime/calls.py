@@ -108,12 +108,12 @@ class Replay:
 
 
 def axis_arg(axis):
-    """``axis`` as NumPy takes it (None, an integer or a tuple of integers; a list too), in a hashable form that
-    tells apart what NumPy tells apart: a bool is no axis (NumPy refuses ``axis=True``; as a key, True would be
-    the same as 1). TypeError for anything else."""
+    """``axis`` as NumPy takes it (None, an integer or a tuple of integers; NumPy refuses a list), in a hashable
+    form that tells apart what NumPy tells apart: a bool is no axis (NumPy refuses ``axis=True``; as a key, True
+    would be the same as 1). TypeError for anything else."""
     if axis is None or type(axis) is int:
         return axis
-    if isinstance(axis, (tuple, list)):
+    if isinstance(axis, tuple):
         return tuple(_axis_index(a, axis) for a in axis)
     return _axis_index(axis, axis)
 
@@ -143,6 +143,8 @@ def normalize_axis(axis, ndim: int) -> tuple[int, ...]:
     NumPy's AxisError when one is out of range, ValueError for a repeated one, TypeError for a bool."""
     if axis is None:
         return tuple(range(ndim))
+    if ndim == 0 and not isinstance(axis, (tuple, list)) and _axis_index(axis, axis) in (0, -1):
+        return ()  # NumPy's reductions take axis 0 or -1 of a 0-d array (not (0,)) as no axis
     given = axis if isinstance(axis, (tuple, list)) else (axis,)
     given = [_axis_index(a, axis) for a in given]
     axes = []
@@ -240,6 +242,7 @@ def result_array(out, shape: tuple[int, ...], dtype: str, order: str, stream):
         if view is None:
             raise TypeError(f"out must be an array (NumPy, PyTorch, CuPy, Numba or another CUDA array); got "
                             f"{type(out).__name__}")
+        arrays.check_native(view, "out")
         _check_out(tuple(view.shape), np.dtype(view.dtype).name, shape, dtype)
         return result_pool.empty(shape, dtype, order, stream)
     d = arrays.to_device(out, "out", dlpack_stream=streams.dlpack_stream(stream))
