@@ -22,7 +22,8 @@ from pathlib import Path
 
 from autotune.core.rule import parse_rule
 from autotune.runtime.db import load_file, write_rules
-from autotune.runtime.rules import adopted, sibling_differences
+from autotune.core.device import sibling_differences
+from autotune.runtime.rules import adopted
 
 
 def borrowed(source, layout: str | None) -> list:

@@ -6,6 +6,7 @@ import warnings
 
 import numpy as np
 import pytest
+import yaml
 
 from autotune import get_best_kernel
 from autotune.core.problem import Problem
@@ -262,6 +263,21 @@ def test_each_step_names_itself_and_the_bench_row_records_it(folder, tmp_path, m
     db.write_entries(db.db_path(tmp_path / "older", "Older GPU"), {"name": "Older GPU", "cc": "8.0", "sm_count": 2}, [])
     assert lk.choice(Problem("matmul", (64, 64, 64), "float32"), [tmp_path / "older", other],
                      device="Older GPU").how == "default"
+    # a file of the model without a cc read first does not hide the cc a later one declares; '09.00' is '9.0'
+    db.write_entries(db.db_path(tmp_path / "mine", "Named GPU"), {"name": "Named GPU"}, [])
+    assert lk.choice(Problem("matmul", (64, 64, 64), "float32"), [tmp_path / "mine", tmp_path / "named", other],
+                     device="Named GPU").how == "other gpu"
+    db.write_entries(db.db_path(tmp_path / "spelt", "Spelt GPU"), {"name": "Spelt GPU", "cc": "09.00"}, [])
+    assert db.load_file(db.db_path(tmp_path / "spelt", "Spelt GPU")).device["cc"] == "9.0"
+    assert lk.choice(Problem("matmul", (64, 64, 64), "float32"), [tmp_path / "spelt", other],
+                     device="Spelt GPU").how == "other gpu"
+    for nameless in ("", "  ", 7):
+        with pytest.raises(ValueError, match="device must name a GPU model"):
+            lk.choice(Problem("matmul", (64, 64, 64), "float32"), [other], device=nameless)
+    forged = tmp_path / "forged.yaml"  # a name that would print a line of its own
+    forged.write_text(yaml.safe_dump({"schema": 1, "device": {"name": "GPU\n/x.yaml: ok"}, "entries": []}))
+    with pytest.raises(db.DatabaseError, match="printable"):
+        db.load_file(forged)
     clustered = Problem("matmul", (19, 23, 29), "float16")  # a cluster of 2 shares A's tiles: not for a transposed A
     params = load_space("matmul").validate({"BM": 256, "BN": 64, "BK": 64, "MMA": 16, "WGMMA": 1, "TMA": 1,
                                             "CLUSTER": 2, "ASYNC_STAGES": 4}, dtype="float16", args=clustered.args)

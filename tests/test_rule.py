@@ -332,10 +332,11 @@ def test_each_shipped_adopted_rule_is_its_models_rule_today():
     files = {f.device["name"]: f for f in (db.load_file(p, strict=True) for p in (ROOT / "tuned_db").glob("*.yaml"))}
     adopted_rules = [(f, r) for f in files.values() for r in f.rules if r.adopted_from]
     for holder, rule in adopted_rules:
-        source = next((r for r in files[rule.adopted_from].rules if r.key == rule.key), None)
+        origin = files[rule.adopted_from["name"]]
+        source = next((r for r in origin.rules if r.key == rule.key), None)
         assert source is not None and dict(rule.record, adopted_from=None) == dict(source.record, adopted_from=None), \
-            f"{holder.path}'s rule for {rule.key} is not {rule.adopted_from}'s today: bench the new one and run " \
-            f"`autotune rule adopt {files[rule.adopted_from].path} {holder.path} {rule.key}`, or remove it"
+            f"{holder.path}'s rule for {rule.key} is not {origin.device['name']}'s today: bench the new one and run " \
+            f"`autotune rule adopt {origin.path} {holder.path} {rule.key}`, or remove it"
 
 
 # -- the file form ------------------------------------------------------------------------------------
@@ -478,14 +479,43 @@ def test_an_adopted_rule_chooses_and_says_whose_coverage_it_was_fitted_on(tmp_pa
     assert notes[0].startswith("added the rule for matmul/float32/nn") and "fitted on the coverage of Sibling GPU" \
         in notes[0]
     rule = db.load_file(target).rules[0]
-    assert rule.adopted_from == "Sibling GPU" and rule.portfolio == source.rules[0].portfolio
+    assert rule.adopted_from == SIBLING and rule.portfolio == source.rules[0].portfolio
     chosen = choice(problem, [tmp_path], device=SIM["name"])
     assert chosen.how == "rule" and str(target) in chosen.note and "fitted on the coverage of Sibling GPU" in \
         chosen.note and "on its held-out shapes 0.970" in chosen.note
     assert chosen.params["BM"] == SMALL["BM"]  # K = 100 <= 256, as the sibling's rule chooses
     # adopted again (a newer sibling rule), it is replaced without --force; its origin is kept through a second hop
     assert adopt_rules(source, target, ["matmul/float32/nn"])[0].startswith("replaced")
-    assert adopted(db.load_file(target).rules[0], db.load_file(target)).adopted_from == "Sibling GPU"
+    assert adopted(db.load_file(target).rules[0], db.load_file(target)).adopted_from == SIBLING
+    # nor does it go home: the sibling's file refuses it, as its own model's coverage
+    with pytest.raises(db.DatabaseError, match="was fitted on Sibling GPU's own coverage"):
+        adopt_rules(db.load_file(target), db.db_path(tmp_path, SIBLING["name"]), ["matmul/float32/nn"], force=True)
+
+
+def test_a_file_serves_an_adopted_rule_only_while_its_model_is_the_siblings(tmp_path):
+    """A rule adopted from a model that is this file's own, or (its device record edited since) no longer of the
+    same compute capability and multiprocessor count, is named and skipped, as a bad entry is."""
+    raw = dict(rule_raw(), adopted_from=dict(SIBLING))
+    for device, words in ((SIBLING, "names this file's own model"), (dict(SIM, cc="8.0"), "cc 9.0 and 8.0"),
+                          (dict(SIM, sm_count=4), "sm_count 2 and 4")):
+        path = db.db_path(tmp_path, device["name"])
+        path.write_text(yaml.safe_dump({"schema": 1, "device": device, "entries": [], "rules": [raw]}))
+        loaded = db.load_file(path)
+        assert not loaded.rules and words in loaded.problems[0] and "rule #1" in loaded.problems[0]
+    path.write_text(yaml.safe_dump({"schema": 1, "device": SIM, "entries": [], "rules": [raw]}))
+    assert db.load_file(path).rules[0].adopted_from == SIBLING
+
+
+def test_a_merge_lets_a_rule_of_the_models_own_coverage_replace_an_adopted_one(tmp_path):
+    path = db.db_path(tmp_path, SIM["name"])
+    borrowed, own = parse_rule(dict(rule_raw(), adopted_from=dict(SIBLING))), parse_rule(rule_raw(tree={"use": [1, 0]}))
+    db.write_rules(path, SIM, [borrowed])
+    assert "kept the rule for matmul/float32/nn (this file's, adopted from Sibling GPU)" in \
+        db.write_rules(path, SIM, [borrowed], replace=False)[0]
+    note = db.write_rules(path, SIM, [own], replace=False)[0]
+    assert note.startswith("replaced the rule for matmul/float32/nn adopted from Sibling GPU with one fitted")
+    assert not db.load_file(path).rules[0].adopted_from
+    assert "(this file's, own)" in db.write_rules(path, SIM, [borrowed], replace=False)[0]
 
 
 @pytest.mark.parametrize("change, words", [({"sm_count": 4}, "sm_count 2 and 4"), ({"cc": "8.0"}, "cc 9.0 and 8.0")])
@@ -511,8 +541,14 @@ def test_adopting_names_a_missing_rule_and_keeps_the_files_own(tmp_path):
     assert db.load_file(target).rules[0].ranking((9, 9, 9)) == (0, 1)
     with pytest.raises(RuleError, match="'adopted_from'"):
         parse_rule(rule_raw(adopted_from=""))
-    with pytest.raises(RuleError, match="'adopted_from'"):
-        parse_rule(rule_raw(adopted_from=["H200"]))
+    for bad in (["H200"], "H200", {"name": "H200"}, {"name": "H200\n/x.yaml: forged", "cc": "9.0", "sm_count": 2},
+                {"name": " ", "cc": "9.0", "sm_count": 2}):
+        with pytest.raises(RuleError, match="'adopted_from'"):
+            parse_rule(rule_raw(adopted_from=bad))
+    misnamed = tmp_path / "copy-of-target.yaml"
+    misnamed.write_bytes(target.read_bytes())
+    with pytest.raises(db.DatabaseError, match="whose file is cuda-simulator.yaml"):
+        adopt_rules(source, misnamed, ["matmul/float32/nn"], force=True)
 
 
 # -- the vote corrected by how each configuration fills the shape ------------------------------------------

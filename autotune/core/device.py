@@ -75,30 +75,43 @@ DEVICE_FIELDS = ("name", "cc", "sm_count")
 MAX_NAME = 200
 
 
-def checked_device_record(value: Any, error: type[Exception]) -> dict[str, Any]:
+def checked_device_record(value: Any, error: type[Exception], field: str = "device") -> dict[str, Any]:
     """A GPU model's record (``DeviceInfo.as_dict``'s form) as a database file or a matrix declares it, checked and
     in one form: ``name`` (text), ``cc`` ('9.0'; a number such as 9.0 is read as its text), ``sm_count`` (a
     non-negative integer), nothing else; ``error`` naming the field otherwise. Files are matched to GPU models by
     these, so two spellings of one compute capability must not make two models."""
     if not isinstance(value, dict) or not isinstance(value.get("name"), str) or \
-            not 0 < len(value["name"]) <= MAX_NAME:
-        raise error(f"field 'device' must be a mapping with a 'name' (text of 1 to {MAX_NAME} characters)")
+            not 0 < len(value["name"]) <= MAX_NAME or not value["name"].strip() or not value["name"].isprintable():
+        raise error(f"field {field!r} must be a mapping with a 'name' (printable text of 1 to {MAX_NAME} characters)")
     unknown = [k for k in value if k not in DEVICE_FIELDS]
     if unknown:
-        raise error(f"field 'device': unknown field {str(unknown[0])[:40]!r} (a device has "
+        raise error(f"field {field!r}: unknown field {str(unknown[0])[:40]!r} (a device has "
                     f"{', '.join(DEVICE_FIELDS)})")
     record = {"name": value["name"]}
     if "cc" in value:
         cc = value["cc"]
         text = f"{cc:.1f}" if type(cc) is float and math.isfinite(cc) and 0 <= cc < 100 else cc
         if not isinstance(text, str) or not re.fullmatch(r"\d{1,2}\.\d{1,2}", text):
-            raise error(f"field 'device': 'cc' must be a compute capability such as '9.0', got {str(cc)[:40]!r}")
-        record["cc"] = text
+            raise error(f"field {field!r}: 'cc' must be a compute capability such as '9.0', got {str(cc)[:40]!r}")
+        major, minor = text.split(".")
+        record["cc"] = f"{int(major)}.{int(minor)}"  # '9.00' and '09.0' are '9.0'
     if "sm_count" in value:
         if type(value["sm_count"]) is not int or not 0 <= value["sm_count"] <= 100000:
-            raise error("field 'device': 'sm_count' must be a non-negative integer")
+            raise error(f"field {field!r}: 'sm_count' must be a non-negative integer")
         record["sm_count"] = value["sm_count"]
     return record
+
+
+#: what two GPU models must share for one to serve a case with the other's fitted rule: a rule's portfolio is of
+#: the compute capability's kernels and the family fits its splits to the multiprocessor count
+SIBLING_FIELDS = ("cc", "sm_count")
+
+
+def sibling_differences(source: dict[str, Any], target: dict[str, Any]) -> list[str]:
+    """'cc 9.0 and 8.0': each sibling field in which two checked device records differ, or that either lacks;
+    empty: siblings."""
+    return [f"{key} {source.get(key)} and {target.get(key)}" for key in SIBLING_FIELDS
+            if source.get(key) is None or target.get(key) is None or str(source[key]) != str(target[key])]
 
 
 def device_slug(name: str) -> str:

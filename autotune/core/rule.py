@@ -24,10 +24,11 @@ and a **model** that ranks them for any shape. Two models exist, both determinis
 The first index of the ranking is the choice; first-use tuning (autotune/tuning/first_use.py) times the first
 few. The family then fits the chosen configuration to the shape (``KernelFamily.fit_config``: matmul's split-K and
 edge handling), as the cross-time matrix measured it. ``fit`` records the settings the rule was fitted with and
-``data`` the matrix, so that anyone can fit it again and get the same rule. ``adopted_from`` names the GPU model
-whose coverage a rule was fitted on where that is another model of the same compute capability and multiprocessor
-count (``autotune rule adopt``: a model without coverage of its own serves a case with a sibling's rule where a
-bench showed that it wins over the nearest entry). Nothing here runs code from the file:
+``data`` the matrix, so that anyone can fit it again and get the same rule. ``adopted_from`` is the device record
+(name, cc, sm_count) of the GPU model whose coverage a rule was fitted on where that is another model of the same
+compute capability and multiprocessor count (``autotune rule adopt``: a model without coverage of its own serves a
+case with a sibling's rule where a bench showed that it wins over the nearest entry); a file serves such a rule
+only while its own model still matches. Nothing here runs code from the file:
 the tree is walked, never evaluated, and every field is checked (portfolio entries against the family's search
 space) before use.
 """
@@ -39,7 +40,7 @@ from typing import Any, Mapping, NamedTuple, Union
 
 import numpy as np
 
-from .device import MAX_NAME
+from .device import SIBLING_FIELDS, checked_device_record
 from .problem import MAX_DIMENSION
 from .fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from .registry import family as family_named
@@ -111,7 +112,8 @@ class Rule:
     neighbours: int = 1
     fill_alpha: float = 0.0
     quality: dict[str, Any] = field(default_factory=dict)
-    adopted_from: str = ""  # the GPU model whose coverage it was fitted on, where that is not the file's own
+    adopted_from: Union[dict, None] = None  # the device record of the model whose coverage it was fitted on, where
+    # that is not its file's own (name, cc, sm_count: its file checks them against its own)
     record: dict[str, Any] = field(default_factory=dict)
     _table: Any = field(default=None, compare=False, repr=False)  # the nearest items as arrays, for speed
 
@@ -169,8 +171,7 @@ class Rule:
         q = self.quality
         fill = f", its vote corrected by the configurations' fill (alpha {self.fill_alpha:g})" if self.wants_fills \
             else ""
-        adopted = f", fitted on the coverage of {self.adopted_from} (adopted: the same compute capability and " \
-            f"multiprocessor count)" if self.adopted_from else ""
+        adopted = f", fitted on the coverage of {self.adopted_from['name']} (adopted)" if self.adopted_from else ""
         held = ""
         if "held_out_geomean" in q:
             held = (f", on {'its ' if self.adopted_from else ''}held-out shapes {q['held_out_geomean']:.3f} of the "
@@ -250,10 +251,12 @@ def parse_rule(raw: Any) -> Rule:
     for name in ("data", "date"):
         if name in raw and not isinstance(raw[name], str):
             raise RuleError(f"field {name!r} must be text, got {short(raw[name])}")
-    adopted_from = raw.get("adopted_from", "")
-    if not isinstance(adopted_from, str) or "adopted_from" in raw and not 0 < len(adopted_from) <= MAX_NAME:
-        raise RuleError(f"field 'adopted_from' must name the GPU model the rule was fitted on (text of 1 to "
-                        f"{MAX_NAME} characters), got {short(adopted_from)}")
+    adopted_from = None
+    if "adopted_from" in raw:
+        adopted_from = checked_device_record(raw["adopted_from"], RuleError, "adopted_from")
+        if any(key not in adopted_from for key in SIBLING_FIELDS):
+            raise RuleError(f"field 'adopted_from' must hold the {' and '.join(SIBLING_FIELDS)} of the GPU model the "
+                            f"rule was fitted on")
     return Rule(family=family, dtype=dtype, args=args, rank=rank, portfolio=portfolio, tree=tree, nearest=nearest,
                 features=features, neighbours=neighbours, fill_alpha=float(fill_alpha), quality=dict(quality),
                 adopted_from=adopted_from, record=dict(raw))

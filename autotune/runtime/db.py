@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core.atomic import write_text_atomic
-from ..core.device import checked_device_record, device_slug
+from ..core.device import checked_device_record, device_slug, sibling_differences
 from ..core.fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import is_known
@@ -145,14 +145,16 @@ def checked_file(path: Path, doc: Any) -> DbFile:
             message = (f"{label}: a second entry for {key} (entry #{first[key]} is the one used); remove one of "
                        f"them")
         problems.append(message)
-    rules, foreign_rules = _load_rules(where, doc.get("rules"), problems)
+    rules, foreign_rules = _load_rules(where, doc.get("rules"), problems, device)
     return DbFile(path=path, device=device, entries=good, problems=problems, foreign=foreign, rules=rules,
                   foreign_rules=foreign_rules)
 
 
-def _load_rules(where: str, raw_rules: Any, problems: list[str]) -> tuple[list[Rule], list[dict]]:
-    """The file's rules, each checked (``parse_rule``); a bad one or a second for the same key is described in
-    ``problems``, as entries are."""
+def _load_rules(where: str, raw_rules: Any, problems: list[str],
+                device: Mapping[str, Any]) -> tuple[list[Rule], list[dict]]:
+    """The file's rules, each checked (``parse_rule``); a bad one, a second for the same key, or one adopted from a
+    model that is not a sibling of the file's ``device`` (or is it) is described in ``problems``, as entries
+    are."""
     if raw_rules is None:
         return [], []
     if not isinstance(raw_rules, list):
@@ -168,13 +170,33 @@ def _load_rules(where: str, raw_rules: Any, problems: list[str]) -> tuple[list[R
         except RuleError as exc:
             message = f"{label}: {exc}"
         else:
-            if rule.key not in first:
+            unfit = _adopted_unfit(rule, device)
+            if unfit:
+                message = f"{label}: {unfit}"
+            elif rule.key not in first:
                 first[rule.key] = i + 1
                 rules.append(rule)
                 continue
-            message = f"{label}: a second rule for {rule.key} (rule #{first[rule.key]} is the one used); remove one"
+            else:
+                message = (f"{label}: a second rule for {rule.key} (rule #{first[rule.key]} is the one used); remove "
+                           f"one")
         problems.append(message)
     return rules, foreign
+
+
+def _adopted_unfit(rule: Rule, device: Mapping[str, Any]) -> str | None:
+    """Why an adopted rule cannot serve the file's model ``device`` (None where it can): the model it was fitted on
+    is this one, or no longer of the same compute capability and multiprocessor count (a record edited since)."""
+    origin = rule.adopted_from
+    if not origin:
+        return None
+    if origin["name"] == device["name"]:
+        return f"field 'adopted_from' names this file's own model {device['name']!r}; remove the field"
+    differences = sibling_differences(origin, device)
+    if differences:
+        return (f"adopted from {origin['name']}, which differs from this file's model in {'; '.join(differences)}: "
+                f"its configurations are not fitted for it; remove the rule or fit one on this model's coverage")
+    return None
 
 
 def _entry_label(raw: Any) -> str:
@@ -638,18 +660,33 @@ def replace_entry(path: Path, device: Mapping[str, Any], old: Entry, new: Entry)
     return notes[0] if notes else None
 
 
-def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, replace: bool = True) -> list[str]:
+def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, replace: bool = True,
+                keep_own: bool = False) -> list[str]:
     """Put ``incoming`` rules into the file at ``path`` under its lock, entries and other rules kept. A rule
     replaces the one of the same family, dtype and arguments (a refit from newer data), unless ``replace`` is
-    False (a merge from another machine: the file's own rule is kept). A symbolic link is written through."""
+    False (a merge from another machine: the file's rule is kept, but for an adopted one, which a rule fitted on
+    the model's own coverage replaces). ``keep_own``: DatabaseError, nothing written, where a rule fitted on the
+    model's own coverage would be replaced (``autotune rule adopt`` without --force). A symbolic link is written
+    through."""
     def change(current: DbFile) -> tuple[list[Entry], list[Rule], list[str]]:
         rules = {r.key: r for r in current.rules}
         notes = []
         for rule in incoming:
-            if rule.key in rules and not replace:
-                notes.append(f"kept the rule for {rule.key} (this file's own)")
+            held = rules.get(rule.key)
+            if held is not None and keep_own and not held.adopted_from:
+                raise DatabaseError(f"{path} has its own rule for {rule.key}, fitted on its model's coverage; "
+                                    f"--force replaces it")
+            if held is not None and not replace and not (held.adopted_from and not rule.adopted_from):
+                origin = f"adopted from {held.adopted_from['name']}" if held.adopted_from else "own"
+                notes.append(f"kept the rule for {rule.key} (this file's, {origin})")
                 continue
-            notes.append(f"{'replaced' if rule.key in rules else 'added'} the rule for {rule.key}: {rule.summary()}")
+            if held is None:
+                notes.append(f"added the rule for {rule.key}: {rule.summary()}")
+            elif held.adopted_from and not rule.adopted_from:
+                notes.append(f"replaced the rule for {rule.key} adopted from {held.adopted_from['name']} with one "
+                             f"fitted on this model's own coverage: {rule.summary()}")
+            else:
+                notes.append(f"replaced the rule for {rule.key}: {rule.summary()}")
             rules[rule.key] = rule
         return current.entries, list(rules.values()), notes
 

@@ -180,6 +180,8 @@ def choose(problem: Problem, folders: Path | list[Path],
 def choice(problem: Problem, folders: Path | list[Path], device: str | None = None) -> Choice:
     """``choose``, with the entry used and its file."""
     folders = [folders] if isinstance(folders, Path) else list(folders)
+    if device is not None and (not isinstance(device, str) or not device.strip()):
+        raise ValueError(f"device must name a GPU model (as a database file's device name does), got {device!r}")
     info = current_device() if device is None else None
     name = device or info.name
     own = []
@@ -207,7 +209,8 @@ def choice(problem: Problem, folders: Path | list[Path], device: str | None = No
                          f"{shape_text(entry.problem.shape)}, from {db_file.path}{how}", entry, db_file.path)
     # the GPU this process runs on, or the named model as its own file declares it (its compute capability is known
     # only from there: a named model without a file has no other-GPU step)
-    record = info.as_dict() if info is not None else (own[0].device if own else None)
+    record = info.as_dict() if info is not None else next((f.device for f in own if "cc" in f.device),
+                                                           own[0].device if own else None)
     if record is not None and "cc" in record:
         cc = DeviceInfo.from_record(record).cc
         found = _nearest_of(problem, _same_cc_files(folders, name, cc), exact_first=True)

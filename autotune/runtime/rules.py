@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.device import DeviceInfo
+from ..core.device import DeviceInfo, sibling_differences
 from ..core.problem import Problem
 from ..core.rule import Rule, parse_rule
 from ..core.space import config_key, load_space
-from .db import DatabaseError, DbFile, load_file, write_rules
+from .db import DatabaseError, DbFile, load_file, misnamed, write_rules
 
 
 def rule_for(problem: Problem, files: list[DbFile]) -> tuple[Rule, DbFile] | None:
@@ -49,46 +49,42 @@ def ranked_configs(rule: Rule, problem: Problem, device: dict[str, Any], count: 
     return found
 
 
-#: what two GPU models must share for one to serve a case with the other's rule: a rule's portfolio is of the
-#: compute capability's kernels and the family fits its splits to the multiprocessor count
-SIBLING_FIELDS = ("cc", "sm_count")
-
-
-def sibling_differences(source: dict[str, Any], target: dict[str, Any]) -> list[str]:
-    """'cc 9.0 and 8.0': each sibling field in which the two device records differ, or lacks; empty: siblings."""
-    return [f"{key} {source.get(key)} and {target.get(key)}" for key in SIBLING_FIELDS
-            if source.get(key) is None or str(source.get(key)) != str(target.get(key))]
-
-
 def adopted(rule: Rule, source: DbFile) -> Rule:
-    """``rule`` of ``source``'s model as another model's file holds it: marked with the model whose coverage it was
-    fitted on (kept where the rule was itself adopted), so that its announcements and ``autotune rule show`` say so.
-    The caller checks that the two models are siblings (``sibling_differences``)."""
-    return parse_rule(dict(rule.record, adopted_from=rule.adopted_from or source.device["name"]))
+    """``rule`` of ``source``'s model as another model's file holds it: marked with the device record of the model
+    whose coverage it was fitted on (kept where the rule was itself adopted), which its file checks against its own
+    model and its announcements name. The caller checks that the two models are siblings
+    (``core.device.sibling_differences``)."""
+    return parse_rule(dict(rule.record, adopted_from=rule.adopted_from or dict(source.device)))
 
 
 def adopt_rules(source: DbFile, into: Path, keys: list[str], *, force: bool = False) -> list[str]:
     """Write ``source``'s rules for ``keys`` (``Rule.key``) into the database file ``into`` of a sibling model
     (``adopted``), other entries and rules kept; a rule that file fitted on its own coverage is replaced only with
-    ``force``. DatabaseError, naming the files, where the models are not siblings or a key has no rule."""
+    ``force`` (judged under the file's lock). DatabaseError, naming the files, where the models are not siblings,
+    ``into`` is not named for its model, a rule was fitted on ``into``'s own model, or a key has no rule."""
     target = load_file(into, strict=True)
+    name = target.device["name"]
+    wrong = misnamed(target)
+    if wrong:
+        raise DatabaseError(f"{wrong}; lookups would not read it")
+    if source.device["name"] == name:
+        raise DatabaseError(f"{source.path} and {into} are both of {name}: nothing to adopt")
     differences = sibling_differences(source.device, target.device)
-    if source.device["name"] == target.device["name"]:
-        raise DatabaseError(f"{source.path} and {into} are both of {target.device['name']}: nothing to adopt")
     if differences:
-        raise DatabaseError(f"{source.path} ({source.device['name']}) and {into} ({target.device['name']}) differ "
-                            f"in {'; '.join(differences)}: a rule serves only a model of the same compute capability "
+        raise DatabaseError(f"{source.path} ({source.device['name']}) and {into} ({name}) differ in "
+                            f"{'; '.join(differences)}: a rule serves only a model of the same compute capability "
                             f"and multiprocessor count")
     rules = {rule.key: rule for rule in source.rules}
     missing = [key for key in keys if key not in rules]
     if missing:
         raise DatabaseError(f"{source.path} has no rule for {', '.join(missing)} (its rules: "
                             f"{', '.join(rules) or 'none'})")
-    own = [rule.key for rule in target.rules if rule.key in keys and not rule.adopted_from]
-    if own and not force:
-        raise DatabaseError(f"{into} has its own rule for {', '.join(own)}, fitted on its model's coverage; "
-                            f"--force replaces it")
-    return write_rules(into, target.device, [adopted(rules[key], source) for key in dict.fromkeys(keys)])
+    homecoming = [key for key in keys if (rules[key].adopted_from or {}).get("name") == name]
+    if homecoming:
+        raise DatabaseError(f"{source.path}'s rule for {', '.join(homecoming)} was fitted on {name}'s own coverage: "
+                            f"nothing to adopt")
+    return write_rules(into, target.device, [adopted(rules[key], source) for key in dict.fromkeys(keys)],
+                       keep_own=not force)
 
 
 def fitted_entry(params: dict[str, Any], problem: Problem, device: dict[str, Any]) -> dict[str, Any]:
@@ -114,4 +110,4 @@ def rule_phrase(rule: Rule, db_file: DbFile, index: int) -> str:
             f"fitted to the shape")
 
 
-__all__ = ["rule_for", "ranking", "ranked_configs", "rule_phrase", "sibling_differences", "adopted", "adopt_rules"]
+__all__ = ["rule_for", "ranking", "ranked_configs", "rule_phrase", "adopted", "adopt_rules"]
