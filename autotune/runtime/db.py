@@ -171,15 +171,12 @@ def _load_rules(where: str, raw_rules: Any, problems: list[str],
             message = f"{label}: {exc}"
         else:
             unfit = _adopted_unfit(rule, device)
-            if unfit:
-                message = f"{label}: {unfit}"
-            elif rule.key not in first:
+            if not unfit and rule.key not in first:
                 first[rule.key] = i + 1
                 rules.append(rule)
                 continue
-            else:
-                message = (f"{label}: a second rule for {rule.key} (rule #{first[rule.key]} is the one used); remove "
-                           f"one")
+            message = f"{label}: {unfit}" if unfit else \
+                f"{label}: a second rule for {rule.key} (rule #{first[rule.key]} is the one used); remove one"
         problems.append(message)
     return rules, foreign
 

@@ -37,8 +37,9 @@ def matmul(A, B, *, out=None, dtype=None, stream=None, precision: str = "ieee"):
     broadcast. Each 2-D operand (each matrix of a stack) is C-contiguous or the transpose of one. ``dtype``: the
     operands' (default) or, for float16 and bfloat16 operands, float32 (the float32 sums, not rounded, as
     ``np.matmul(A, B, dtype=np.float32)``); a bfloat16 product is bfloat16 by default, as ``np.dot``'s, PyTorch's
-    and JAX's (``np.matmul`` gives float32 for want of a bfloat16 loop in ml_dtypes). ``precision`` (float32 only): "ieee" fp32 products, "3xtf32"
-    fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded operands (see the matmul family)."""
+    and JAX's (``np.matmul`` gives float32 for want of a bfloat16 loop in ml_dtypes). ``precision`` (float32
+    only): "ieee" fp32 products, "3xtf32" fp32-level error on the TF32 tensor cores, "tf32" TF32-rounded operands
+    (see the matmul family)."""
     return matmul_call(A, B, out, stream, library_of(A, B), precision, dtype)
 
 
