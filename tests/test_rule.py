@@ -504,6 +504,17 @@ def test_a_file_serves_an_adopted_rule_only_while_its_model_is_the_siblings(tmp_
         assert not loaded.rules and words in loaded.problems[0] and "rule #1" in loaded.problems[0]
     path.write_text(yaml.safe_dump({"schema": 1, "device": SIM, "entries": [], "rules": [raw]}))
     assert db.load_file(path).rules[0].adopted_from == SIBLING
+    # nor is one written where reading would refuse it (a merge from a file whose record differs), nor taken from
+    # another spelling of the file's own model (one file serves both)
+    bare = db.db_path(tmp_path / "bare", SIM["name"])
+    db.write_entries(bare, {"name": SIM["name"], "cc": "9.0"}, [])
+    note = db.write_rules(bare, SIM, [parse_rule(raw)], replace=False)[0]
+    assert note.startswith("left out the rule for matmul/float32/nn: adopted from Sibling GPU") and "sm_count" in note
+    assert not db.load_file(bare, strict=True).rules
+    spelt = db.db_path(tmp_path / "spelt", "CUDA-simulator")
+    db.write_rules(spelt, dict(SIM, name="CUDA-simulator"), [parse_rule(rule_raw())])
+    with pytest.raises(db.DatabaseError, match="both of"):
+        adopt_rules(db.load_file(spelt), path, ["matmul/float32/nn"], force=True)
 
 
 def test_a_merge_lets_a_rule_of_the_models_own_coverage_replace_an_adopted_one(tmp_path):

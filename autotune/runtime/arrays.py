@@ -89,8 +89,9 @@ def to_device(x: Any, name: str, dlpack_stream: int = 1):
 
 
 def check_native(x: np.ndarray, name: str) -> None:
-    """ValueError for a NumPy array whose elements are not in this machine's byte order (a big-endian ``>f4``):
-    its dtype's name is the native one's, but the GPU would read (or write) its bytes as they are."""
+    """ValueError for a NumPy input whose elements are not in this machine's byte order (a big-endian ``>f4``):
+    its dtype's name is the native one's, but the GPU would read its bytes as they are. (A host ``out=`` of any
+    byte order is fine: the result reaches it through NumPy's copy, which converts.)"""
     if not x.dtype.isnative:
         raise ValueError(f"{name} is of byte order {x.dtype.byteorder!r}, not this machine's; autotune reads and "
                          f"writes native byte order: pass {name}.astype({name}.dtype.newbyteorder('='))")

@@ -242,7 +242,6 @@ def result_array(out, shape: tuple[int, ...], dtype: str, order: str, stream):
         if view is None:
             raise TypeError(f"out must be an array (NumPy, PyTorch, CuPy, Numba or another CUDA array); got "
                             f"{type(out).__name__}")
-        arrays.check_native(view, "out")
         _check_out(tuple(view.shape), np.dtype(view.dtype).name, shape, dtype)
         return result_pool.empty(shape, dtype, order, stream)
     d = arrays.to_device(out, "out", dlpack_stream=streams.dlpack_stream(stream))

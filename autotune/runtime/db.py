@@ -187,7 +187,7 @@ def _adopted_unfit(rule: Rule, device: Mapping[str, Any]) -> str | None:
     origin = rule.adopted_from
     if not origin:
         return None
-    if origin["name"] == device["name"]:
+    if device_slug(origin["name"]) == device_slug(device["name"]):  # one file serves both spellings
         return f"field 'adopted_from' names this file's own model {device['name']!r}; remove the field"
     differences = sibling_differences(origin, device)
     if differences:
@@ -669,6 +669,10 @@ def write_rules(path: Path, device: Mapping[str, Any], incoming: list[Rule], *, 
         rules = {r.key: r for r in current.rules}
         notes = []
         for rule in incoming:
+            unfit = _adopted_unfit(rule, current.device)  # as reading the file would judge it
+            if unfit:
+                notes.append(f"left out the rule for {rule.key}: {unfit}")
+                continue
             held = rules.get(rule.key)
             if held is not None and keep_own and not held.adopted_from:
                 raise DatabaseError(f"{path} has its own rule for {rule.key}, fitted on its model's coverage; "
