@@ -234,7 +234,8 @@ def _rule_parser(sub, common) -> None:
     adopt.add_argument("source", metavar="FROM_FILE", help="the database file whose rules are taken "
                        "(e.g. tuned_db/nvidia-h200.yaml)")
     adopt.add_argument("into", metavar="INTO_FILE", help="the database file of the model they are to serve "
-                       "(e.g. tuned_db/nvidia-h100-80gb-hbm3.yaml)")
+                       "(e.g. tuned_db/nvidia-h100-80gb-hbm3.yaml); it must exist: its device record is what the "
+                       "rules are checked against")
     adopt.add_argument("keys", nargs="+", metavar="KEY", help="the cases, as `autotune rule show` names them "
                        "(matmul/float32/nn)")
     adopt.add_argument("--force", action="store_true", help="replace a rule INTO_FILE fitted on its own coverage")
