@@ -119,6 +119,12 @@ def device_slug(name: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") or "unknown-gpu"
 
 
+def same_model(a: str, b: str) -> bool:
+    """Whether two GPU model names are one model's: lookups find a model's file by ``device_slug``, so
+    'CUDA-simulator' and 'CUDA simulator' share one file."""
+    return device_slug(a) == device_slug(b)
+
+
 class NoGPUError(RuntimeError):
     """No CUDA GPU (or driver) is visible and the simulator is not on."""
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Iterator, Mapping
 
 from ..core.atomic import write_text_atomic
-from ..core.device import checked_device_record, device_slug, sibling_differences
+from ..core.device import checked_device_record, device_slug, same_model, sibling_differences
 from ..core.fields import args_fields, dtype_field, family_field, short, short_text, unknown_field
 from ..core.problem import MAX_DIMENSION, Problem
 from ..core.registry import is_known
@@ -187,7 +187,7 @@ def _adopted_unfit(rule: Rule, device: Mapping[str, Any]) -> str | None:
     origin = rule.adopted_from
     if not origin:
         return None
-    if device_slug(origin["name"]) == device_slug(device["name"]):  # one file serves both spellings
+    if same_model(origin["name"], device["name"]):
         return f"field 'adopted_from' names this file's own model {device['name']!r}; remove the field"
     differences = sibling_differences(origin, device)
     if differences:

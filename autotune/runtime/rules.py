@@ -8,7 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from ..core.device import DeviceInfo, device_slug, sibling_differences
+from ..core.device import DeviceInfo, same_model, sibling_differences
 from ..core.problem import Problem
 from ..core.rule import Rule, parse_rule
 from ..core.space import config_key, load_space
@@ -67,7 +67,7 @@ def adopt_rules(source: DbFile, into: Path, keys: list[str], *, force: bool = Fa
     wrong = misnamed(target)
     if wrong:
         raise DatabaseError(f"{wrong}; lookups would not read it")
-    if device_slug(source.device["name"]) == device_slug(name):  # lookups find one file for both spellings
+    if same_model(source.device["name"], name):
         raise DatabaseError(f"{source.path} and {into} are both of {name}: nothing to adopt")
     differences = sibling_differences(source.device, target.device)
     if differences:
@@ -79,8 +79,7 @@ def adopt_rules(source: DbFile, into: Path, keys: list[str], *, force: bool = Fa
     if missing:
         raise DatabaseError(f"{source.path} has no rule for {', '.join(missing)} (its rules: "
                             f"{', '.join(rules) or 'none'})")
-    homecoming = [key for key in keys if device_slug((rules[key].adopted_from or {}).get("name", "")) ==
-                  device_slug(name)]
+    homecoming = [key for key in keys if rules[key].adopted_from and same_model(rules[key].adopted_from["name"], name)]
     if homecoming:
         raise DatabaseError(f"{source.path}'s rule for {', '.join(homecoming)} was fitted on {name}'s own coverage: "
                             f"nothing to adopt")
